@@ -1,0 +1,51 @@
+"""Speed goals of the foundation (report ratios measured in one run; never asserted).
+
+* ``nest plan --model gpt3-175b --cluster dgx-a100 --devices 1024``: solve time < 1 s.
+* The C++ DP >= 100x faster than the Python reference on identical tables.
+* Growth of the solve time from 64 to 16384 devices.
+"""
+
+import numpy as np
+import pytest
+
+import nest
+from nest import engine
+from nest.planner import _bounds, _problem
+from nest.space import enumerate_candidates
+from nest.specs import JobSpec
+from nest.tables import Scenario
+
+
+@pytest.mark.parametrize("devices", [64, 256, 1024, 4096, 16384])
+def test_plan_gpt3_dgx_a100(benchmark, devices):
+    cluster = nest.load_cluster("dgx-a100", devices=devices)
+    benchmark.group = "plan gpt3-175b dgx-a100"
+    plan = benchmark.pedantic(nest.plan, args=("gpt3-175b", cluster), rounds=3, iterations=1)
+    benchmark.extra_info["solve_time_s"] = plan.solve_time_s
+    benchmark.extra_info["candidates_evaluated"] = plan.candidates_evaluated
+    benchmark.extra_info["parallelism"] = plan.parallelism
+
+
+def _identical_tables(count: int = 64):
+    """``count`` pipelined candidates (pp >= 4, best lower bounds first) of gpt-1.7b on 64
+    A100s, with pruning disabled so both engines solve every one."""
+    model, cluster = nest.load_model("gpt-1.7b"), nest.load_cluster("dgx-a100", devices=64)
+    scn = Scenario(model, cluster, JobSpec(global_batch=512, seq_len=2048))
+    cands = enumerate_candidates(model, cluster, scn.job, scn.num_nodes)
+    tables = scn.config_tables(cands.configs)
+    bounds = _bounds(scn, tables, cands)
+    index = np.argsort(bounds.cheap_bound, kind="stable")
+    index = index[cands.pp[index] >= 4][:count]
+    problem = _problem(scn, tables, cands, bounds, index)
+    from dataclasses import replace
+    return replace(problem, cand_lower_bound=np.zeros_like(problem.cand_lower_bound))
+
+
+@pytest.mark.parametrize("which", ["cpp-1-thread", "cpp", "python"])
+def test_dp_engines_identical_tables(benchmark, which):
+    problem = _identical_tables()
+    benchmark.group = "stage DP on identical tables (64 candidates, pp >= 4, 26 nodes)"
+    name, threads = ("cpp", 1) if which == "cpp-1-thread" else (which, None)
+    rounds = 1 if name == "python" else 20
+    result = benchmark.pedantic(engine.solve, args=(problem, name, threads), rounds=rounds, iterations=1)
+    assert result.evaluated == 64

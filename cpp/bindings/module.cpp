@@ -1,0 +1,108 @@
+// nest._core: the thin pybind11 layer over cpp/stage_dp.hpp.
+//
+// It checks that every argument is a numpy array of the exact dtype (int64 / float64,
+// native byte order), the right number of dimensions and C-contiguous -- nothing is
+// converted silently -- hands views to the C++ core with the GIL released, and maps
+// C++ exceptions to ValueError.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "../stage_dp.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+template <class T>
+const char* dtype_name();
+template <>
+const char* dtype_name<int64_t>() { return "int64"; }
+template <>
+const char* dtype_name<double>() { return "float64"; }
+
+// Check obj strictly and return a view on its data; `keep` holds the reference.
+template <class T>
+nest::ArrayView<T> view(const py::object& obj, const char* name, int ndim) {
+    if (!py::isinstance<py::array>(obj))
+        throw py::value_error(std::string(name) + " must be a numpy array");
+    auto arr = py::reinterpret_borrow<py::array>(obj);
+    // array_t<T>::check_ compares the dtype with PyArray_EquivTypes (byte order included);
+    // with the default flags it does not look at the layout.
+    if (!py::array_t<T>::check_(arr))
+        throw py::value_error(std::string(name) + " must have dtype " + dtype_name<T>() + ", got " +
+                              py::str(arr.dtype()).cast<std::string>());
+    if (arr.ndim() != ndim)
+        throw py::value_error(std::string(name) + " must have " + std::to_string(ndim) + " dimensions, got " +
+                              std::to_string(arr.ndim()));
+    if (!(arr.flags() & py::array::c_style))
+        throw py::value_error(std::string(name) + " must be C-contiguous");
+    auto typed = py::reinterpret_borrow<py::array_t<T, py::array::c_style>>(arr);
+    nest::ArrayView<T> v;
+    v.data = typed.data();
+    v.ndim = ndim;
+    for (int d = 0; d < ndim; ++d) v.shape[d] = static_cast<int64_t>(arr.shape(d));
+    return v;
+}
+
+py::array_t<int64_t> to_numpy(const std::vector<int64_t>& values) {
+    py::array_t<int64_t> out(static_cast<py::ssize_t>(values.size()));
+    if (!values.empty()) std::memcpy(out.mutable_data(), values.data(), values.size() * sizeof(int64_t));
+    return out;
+}
+
+py::tuple solve(const py::object& time_ps, const py::object& params, const py::object& act_bytes,
+                const py::object& send_ps, const py::object& cand_config, const py::object& cand_scale,
+                const py::object& cand_mem_fixed, const py::object& cand_mem_per_param, const py::object& cand_g0,
+                const py::object& cand_g1, const py::object& cand_lower_bound, const py::object& pos_offset,
+                const py::object& pos_inflight, const py::object& pos_tier, double capacity, int threads) {
+    nest::Problem pb;
+    pb.time_ps = view<int64_t>(time_ps, "time_ps", 2);
+    pb.params = view<int64_t>(params, "params", 2);
+    pb.act_bytes = view<int64_t>(act_bytes, "act_bytes", 2);
+    pb.send_ps = view<int64_t>(send_ps, "send_ps", 3);
+    pb.cand_config = view<int64_t>(cand_config, "cand_config", 1);
+    pb.cand_scale = view<int64_t>(cand_scale, "cand_scale", 1);
+    pb.cand_mem_fixed = view<double>(cand_mem_fixed, "cand_mem_fixed", 1);
+    pb.cand_mem_per_param = view<double>(cand_mem_per_param, "cand_mem_per_param", 1);
+    pb.cand_g0 = view<double>(cand_g0, "cand_g0", 1);
+    pb.cand_g1 = view<double>(cand_g1, "cand_g1", 1);
+    pb.cand_lower_bound = view<int64_t>(cand_lower_bound, "cand_lower_bound", 1);
+    pb.pos_offset = view<int64_t>(pos_offset, "pos_offset", 1);
+    pb.pos_inflight = view<double>(pos_inflight, "pos_inflight", 1);
+    pb.pos_tier = view<int64_t>(pos_tier, "pos_tier", 1);
+    pb.capacity = capacity;
+
+    nest::Result result;
+    std::string error;
+    {
+        py::gil_scoped_release release;
+        try {
+            nest::solve(pb, threads, result);
+        } catch (const std::exception& e) {
+            error = e.what();
+            if (error.empty()) error = "stage DP failed";
+        }
+    }
+    if (!error.empty()) throw py::value_error(error);
+    return py::make_tuple(to_numpy(result.status), to_numpy(result.objective), to_numpy(result.max_time),
+                          to_numpy(result.max_params), to_numpy(result.ends), result.best);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+    m.doc() = "nest's compiled stage DP (private; use nest.engine).";
+    m.def("solve", &solve, py::arg("time_ps"), py::arg("params"), py::arg("act_bytes"), py::arg("send_ps"),
+          py::arg("cand_config"), py::arg("cand_scale"), py::arg("cand_mem_fixed"), py::arg("cand_mem_per_param"),
+          py::arg("cand_g0"), py::arg("cand_g1"), py::arg("cand_lower_bound"), py::arg("pos_offset"),
+          py::arg("pos_inflight"), py::arg("pos_tier"), py::arg("capacity"), py::arg("threads") = 0,
+          "Solve every candidate of a DPProblem's arrays; returns (status, objective, max_time, max_params,\n"
+          "ends, best). threads <= 0 uses the OpenMP default. Raises ValueError on bad input.");
+    m.def("has_openmp", &nest::has_openmp, "Whether the core was compiled with OpenMP.");
+    m.def("max_threads", &nest::max_threads, "Default thread count of the core (1 without OpenMP).");
+}

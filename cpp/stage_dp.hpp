@@ -1,0 +1,94 @@
+// The exact stage DP of nest: split a chain of L nodes into p contiguous, non-empty,
+// memory-feasible pipeline stages minimising scale * maxT + G(maxW), for every candidate.
+//
+// This header is the C++ twin of python/nest/dp_problem.py (the problem format) and
+// python/nest/dp_reference.py (the oracle): same inputs, same answer to the last bit,
+// same tie-breaking. It never includes pybind11; cpp/bindings/module.cpp is the thin
+// layer that turns numpy arrays into the views below.
+//
+// Algorithm (per candidate, see stage_dp.cpp for the proofs in comments):
+//   check(Tcap, Wcap)  forward reachability over positions with a two-pointer window of
+//                      memory/params-feasible segment starts and a monotone deque for the
+//                      time condition: O(p L).
+//   minT / minW        bisection over integers on top of check (with jumps).
+//   Pareto walk        identical to dp_reference.solve_candidate.
+//   reconstruction     backward "completes" table (mirrored sliding window) and a greedy
+//                      pass: the lexicographically smallest vector of stage ends.
+//
+// Precondition (checked, std::invalid_argument otherwise): all arithmetic fits in int64,
+// i.e. for every candidate n with config c,
+//   sum(time_ps[c]) + 2 * max(send_ps[c]) + 1 = Tbound + 1,   sum(params[c]),
+//   sum(act_bytes[c]) fit, and scale[n] * (Tbound + 1) + G(sum(params[c])) <= INT64_MAX.
+// Realistic inputs (picoseconds, bytes) are many orders of magnitude below this.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace nest {
+
+constexpr int64_t kChunk = 32;  // candidates solved between two incumbent updates
+constexpr int64_t kSolved = 0;
+constexpr int64_t kInfeasible = 1;
+constexpr int64_t kPruned = 2;
+constexpr int64_t kInf = INT64_MAX;
+
+// A read-only view on a C-contiguous array: data pointer plus its shape.
+template <class T>
+struct ArrayView {
+    const T* data = nullptr;
+    int ndim = 0;
+    int64_t shape[3] = {0, 0, 0};
+
+    int64_t size() const {
+        int64_t s = 1;
+        for (int d = 0; d < ndim; ++d) s *= shape[d];
+        return s;
+    }
+};
+
+// The dense tables of python/nest/dp_problem.py::DPProblem (same names, same layout).
+struct Problem {
+    ArrayView<int64_t> time_ps;           // [C, L]
+    ArrayView<int64_t> params;            // [C, L]
+    ArrayView<int64_t> act_bytes;         // [C, L]
+    ArrayView<int64_t> send_ps;           // [C, NT, L]
+    ArrayView<int64_t> cand_config;       // [N]
+    ArrayView<int64_t> cand_scale;        // [N]
+    ArrayView<double> cand_mem_fixed;     // [N]
+    ArrayView<double> cand_mem_per_param; // [N]
+    ArrayView<double> cand_g0;            // [N]
+    ArrayView<double> cand_g1;            // [N]
+    ArrayView<int64_t> cand_lower_bound;  // [N]
+    ArrayView<int64_t> pos_offset;        // [N + 1]
+    ArrayView<double> pos_inflight;       // [P]
+    ArrayView<int64_t> pos_tier;          // [P]
+    double capacity = 0.0;
+};
+
+// python/nest/dp_problem.py::DPResult. Unsolved entries hold kInf (and -1 in ends).
+struct Result {
+    std::vector<int64_t> status;
+    std::vector<int64_t> objective;
+    std::vector<int64_t> max_time;
+    std::vector<int64_t> max_params;
+    std::vector<int64_t> ends;
+    int64_t best = -1;
+};
+
+// Throw std::invalid_argument unless the problem is consistent (the checks of
+// DPProblem.check plus the int64 precondition above).
+void validate(const Problem& problem);
+
+// G(w) = floor(g0 + g1 * w + 0.5), evaluated like dp_problem.sync_time (IEEE double).
+int64_t sync_time(double g0, double g1, int64_t params);
+
+// Validate, then solve every candidate with chunked lower-bound pruning. threads <= 0
+// means the OpenMP default. The result does not depend on the thread count.
+void solve(const Problem& problem, int threads, Result& result);
+
+// Whether the library was built with OpenMP, and the default thread count (1 without).
+bool has_openmp();
+int max_threads();
+
+}  // namespace nest

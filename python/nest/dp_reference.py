@@ -1,0 +1,200 @@
+"""Pure-Python stage DP: the oracle for the C++ core and the baseline in benchmarks.
+
+It solves exactly the problem described in :mod:`nest.dp_problem` with the textbook
+min-max recurrence (``O(p L^2)`` per bottleneck query) instead of the C++ core's
+bisection with an ``O(p L)`` sliding-window feasibility sweep, so the two are
+independent implementations that must return identical arrays.
+
+Per candidate, the objective ``scale * maxT + G(maxW)`` has two maxima. Both are
+non-decreasing functions of the split's ``(maxT, maxW)``, so an optimum lies on the
+Pareto front of ``(maxT, maxW)``. The front is walked from the smallest ``maxT``:
+``t = minT(w_cap)``, then ``w = minW(t)`` is the point with that ``t``; the next point
+has ``maxW < w``. The walk stops as soon as no later point can beat the incumbent.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .dp_problem import CHUNK, INF, INFEASIBLE, PRUNED, SOLVED, DPProblem, DPResult, sync_time
+
+
+class _Candidate:
+    """The prefix sums and position data of one candidate, with segment predicates."""
+
+    def __init__(self, problem: DPProblem, n: int):
+        c = int(problem.cand_config[n])
+        self.nodes = problem.num_nodes
+        self.p = problem.stages(n)
+        self.prefix_time = np.concatenate(([0], np.cumsum(problem.time_ps[c]))).tolist()
+        self.prefix_params = np.concatenate(([0], np.cumsum(problem.params[c]))).tolist()
+        self.prefix_act = np.concatenate(([0], np.cumsum(problem.act_bytes[c]))).tolist()
+        self.send = problem.send_ps[c].tolist()
+        start = int(problem.pos_offset[n])
+        self.inflight = problem.pos_inflight[start:start + self.p].tolist()
+        self.tier = problem.pos_tier[start:start + self.p].tolist()
+        self.mem_fixed = float(problem.cand_mem_fixed[n])
+        self.mem_per_param = float(problem.cand_mem_per_param[n])
+        self.capacity = problem.capacity
+
+    def stage_time(self, k: int, i: int, j: int) -> int:
+        t = self.prefix_time[j] - self.prefix_time[i]
+        if k < self.p - 1:
+            t += self.send[self.tier[k]][j - 1]
+        if k > 0:
+            t += self.send[self.tier[k - 1]][i - 1]
+        return t
+
+    def stage_params(self, i: int, j: int) -> int:
+        return self.prefix_params[j] - self.prefix_params[i]
+
+    def fits(self, k: int, i: int, j: int) -> bool:
+        w = float(self.prefix_params[j] - self.prefix_params[i])
+        a = float(self.prefix_act[j] - self.prefix_act[i])
+        return self.mem_fixed + self.mem_per_param * w + self.inflight[k] * a <= self.capacity
+
+    def allowed(self, k: int, i: int, j: int, t_cap: int, w_cap: int) -> bool:
+        return (self.stage_params(i, j) <= w_cap and self.stage_time(k, i, j) <= t_cap
+                and self.fits(k, i, j))
+
+    def min_max(self, cost, t_cap: int, w_cap: int) -> int:
+        """Smallest achievable max over stages of ``cost(k, i, j)`` under the caps."""
+        best = [INF] * (self.nodes + 1)
+        best[0] = -1  # "no stage yet": below any cost
+        for k in range(self.p):
+            nxt = [INF] * (self.nodes + 1)
+            for j in range(k + 1, self.nodes - (self.p - 1 - k) + 1):
+                value = INF
+                for i in range(k, j):
+                    if best[i] == INF or not self.allowed(k, i, j, t_cap, w_cap):
+                        continue
+                    value = min(value, max(best[i], cost(k, i, j)))
+                nxt[j] = value
+            best = nxt
+        return best[self.nodes]
+
+    def min_time(self, w_cap: int) -> int:
+        return self.min_max(self.stage_time, INF, w_cap)
+
+    def min_params(self, t_cap: int) -> int:
+        return self.min_max(lambda k, i, j: self.stage_params(i, j), t_cap, INF)
+
+    def lexicographic_ends(self, t_cap: int, w_cap: int) -> list[int]:
+        """The lexicographically smallest vector of stage ends under the caps."""
+        completes = [[False] * (self.nodes + 1) for _ in range(self.p + 1)]
+        completes[self.p][self.nodes] = True
+        for k in range(self.p - 1, -1, -1):
+            for i in range(self.nodes):
+                completes[k][i] = any(
+                    completes[k + 1][j] and self.allowed(k, i, j, t_cap, w_cap)
+                    for j in range(i + 1, self.nodes + 1))
+        ends, i = [], 0
+        for k in range(self.p):
+            j = next(j for j in range(i + 1, self.nodes + 1)
+                     if completes[k + 1][j] and self.allowed(k, i, j, t_cap, w_cap))
+            ends.append(j)
+            i = j
+        return ends
+
+
+def solve_candidate(problem: DPProblem, n: int) -> tuple[int, int, int, list[int]] | None:
+    """Optimal ``(objective, max_time, max_params, ends)`` of candidate ``n``, or None."""
+    cand = _Candidate(problem, n)
+    scale = int(problem.cand_scale[n])
+    g0, g1 = float(problem.cand_g0[n]), float(problem.cand_g1[n])
+    w_floor = cand.min_params(INF)
+    if w_floor == INF:
+        return None
+    best = None
+    w_cap = INF
+    while True:
+        t = cand.min_time(w_cap)
+        if t == INF:
+            break
+        w = cand.min_params(t)
+        objective = scale * t + sync_time(g0, g1, w)
+        if best is None or objective < best[0]:
+            best = (objective, t, w)
+        w_cap = w - 1
+        if scale * (t + 1) + sync_time(g0, g1, w_floor) >= best[0]:
+            break
+    objective, t, w = best
+    return objective, t, w, cand.lexicographic_ends(t, w)
+
+
+def solve(problem: DPProblem) -> DPResult:
+    """Solve every candidate (with chunked lower-bound pruning) and pick the winner."""
+    n_cand = problem.num_candidates
+    status = np.full(n_cand, PRUNED, dtype=np.int64)
+    objective = np.full(n_cand, INF, dtype=np.int64)
+    max_time = np.full(n_cand, INF, dtype=np.int64)
+    max_params = np.full(n_cand, INF, dtype=np.int64)
+    ends = np.full(int(problem.pos_offset[-1]), -1, dtype=np.int64)
+    incumbent = INF
+    for chunk_start in range(0, n_cand, CHUNK):
+        chunk = range(chunk_start, min(chunk_start + CHUNK, n_cand))
+        for n in chunk:
+            if problem.cand_lower_bound[n] > incumbent:
+                continue
+            found = solve_candidate(problem, n)
+            if found is None:
+                status[n] = INFEASIBLE
+                continue
+            status[n] = SOLVED
+            objective[n], max_time[n], max_params[n], split = found
+            start = int(problem.pos_offset[n])
+            ends[start:start + len(split)] = split
+        solved = objective[:chunk.stop]
+        incumbent = int(solved.min()) if len(solved) else INF
+    winners = np.flatnonzero(status == SOLVED)
+    best = int(winners[np.argmin(objective[winners])]) if len(winners) else -1
+    return DPResult(status, objective, max_time, max_params, ends, best)
+
+
+def brute_force(problem: DPProblem, n: int) -> tuple[int, int, int, list[int]] | None:
+    """Enumerate every split of candidate ``n``; same key as the DP. Tests only."""
+    from itertools import combinations
+
+    cand = _Candidate(problem, n)
+    scale = int(problem.cand_scale[n])
+    g0, g1 = float(problem.cand_g0[n]), float(problem.cand_g1[n])
+    best = None
+    for cuts in combinations(range(1, cand.nodes), cand.p - 1):
+        ends = list(cuts) + [cand.nodes]
+        starts = [0] + list(cuts)
+        if not all(cand.fits(k, i, j) for k, (i, j) in enumerate(zip(starts, ends))):
+            continue
+        t = max(cand.stage_time(k, i, j) for k, (i, j) in enumerate(zip(starts, ends)))
+        w = max(cand.stage_params(i, j) for i, j in zip(starts, ends))
+        key = (scale * t + sync_time(g0, g1, w), t, w, ends)
+        if best is None or key < best:
+            best = key
+    return best
+
+
+def stage_details(problem: DPProblem, n: int, ends: list[int]) -> list[dict]:
+    """Per stage of candidate ``n`` split at ``ends``: time (ps), params, memory, fit.
+
+    Uses the same integer tables and float evaluation order as the DP, so a split found
+    by either engine is re-costed bit for bit.
+    """
+    cand = _Candidate(problem, n)
+    starts = [0] + list(ends[:-1])
+    details = []
+    for k, (i, j) in enumerate(zip(starts, ends)):
+        w = cand.stage_params(i, j)
+        a = cand.prefix_act[j] - cand.prefix_act[i]
+        memory = cand.mem_fixed + cand.mem_per_param * float(w) + cand.inflight[k] * float(a)
+        details.append({"start": i, "end": j, "time_ps": cand.stage_time(k, i, j), "params": w,
+                        "memory_bytes": memory, "fits": cand.fits(k, i, j)})
+    return details
+
+
+def split_objective(problem: DPProblem, n: int, ends: list[int]) -> tuple[int, int, int]:
+    """``(objective, max_time, max_params)`` of candidate ``n`` split at ``ends``."""
+    details = stage_details(problem, n, ends)
+    t = max(d["time_ps"] for d in details)
+    w = max(d["params"] for d in details)
+    objective = int(problem.cand_scale[n]) * t + sync_time(
+        float(problem.cand_g0[n]), float(problem.cand_g1[n]), w)
+    return objective, t, w

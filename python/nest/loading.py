@@ -1,0 +1,184 @@
+"""Presets and spec files (JSON or YAML) -> validated specs.
+
+File formats (units in the key names; every key optional unless noted):
+
+model::
+
+    base: gpt3-175b          # start from a preset, override the rest
+    name: my-model           # required without base
+    num_layers: 96
+    ...                      # any ModelSpec field
+
+device::
+
+    base: a100-80gb
+    memory_GiB: 40           # or memory_GB
+    hbm_bandwidth_GBps: 1555
+    peak_TFLOPS_bf16: 312    # also _fp16, _fp8, _fp32
+    gemm_efficiency: 0.75    # also hbm_efficiency, attention_efficiency
+    kernel_overhead_us: 4
+
+cluster::
+
+    name: my-cluster
+    device: a100-80gb        # a preset name or a device mapping as above
+    tiers:                   # innermost first; fanouts multiply to the device count
+      - {name: nvlink, fanout: 8, bandwidth_GBps: 300, latency_us: 3}
+      - {name: ib, fanout: 16, bandwidth_GBps: 25, latency_us: 5, oversubscription: 2}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+
+from .errors import SpecError
+from .presets.clusters import CLUSTERS
+from .presets.devices import DEVICES
+from .presets.models import MODELS
+from .specs import ClusterSpec, DeviceSpec, ModelSpec, Tier, field_names, from_mapping
+
+
+def _is_path(name: str) -> bool:
+    return name.endswith((".json", ".yaml", ".yml")) or "/" in name or Path(name).is_file()
+
+
+def read_spec_file(path: str, what: str) -> dict:
+    """Parse a JSON or YAML mapping, SpecError naming the file on any failure."""
+    file = Path(path)
+    if not file.is_file():
+        raise SpecError(f"{what} = {path!r}: no such file")
+    try:
+        text = file.read_text()
+        data = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise SpecError(f"{what} = {path!r}: cannot parse: {reason}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{what} = {path!r}: must contain a mapping, got {type(data).__name__}")
+    return data
+
+
+def _preset(table: dict, name: str, what: str):
+    if name not in table:
+        raise SpecError(f"{what} = {name!r}: unknown preset (known: {', '.join(sorted(table))})")
+    return table[name]
+
+
+def load_model(name_or_path: str | ModelSpec) -> ModelSpec:
+    """A model preset by name, or a model file (JSON/YAML, optional ``base`` preset)."""
+    if isinstance(name_or_path, ModelSpec):
+        return name_or_path
+    if not _is_path(name_or_path):
+        return _preset(MODELS, name_or_path, "model")
+    data = read_spec_file(name_or_path, "model")
+    return _with_base(MODELS, ModelSpec, data, "model")
+
+
+def _with_base(table: dict, cls, data: dict, what: str):
+    data = dict(data)
+    base = data.pop("base", None)
+    if base is None:
+        return from_mapping(cls, data, what)
+    if not isinstance(base, str):
+        raise SpecError(f"{what}.base = {base!r}: must be a preset name")
+    preset = _preset(table, base, f"{what}.base")
+    unknown = sorted(set(data) - field_names(cls))
+    if unknown:
+        raise SpecError(f"{what}.{unknown[0]} = {data[unknown[0]]!r}: unknown key")
+    try:
+        return replace(preset, **data)
+    except TypeError as error:
+        raise SpecError(f"{what}: {error}") from None
+
+
+_DEVICE_UNITS = {
+    "memory_GiB": ("memory_bytes", 2**30),
+    "memory_GB": ("memory_bytes", 1e9),
+    "hbm_bandwidth_GBps": ("hbm_bandwidth", 1e9),
+    "peak_TFLOPS_bf16": ("peak_flops_bf16", 1e12),
+    "peak_TFLOPS_fp16": ("peak_flops_fp16", 1e12),
+    "peak_TFLOPS_fp8": ("peak_flops_fp8", 1e12),
+    "peak_TFLOPS_fp32": ("peak_flops_fp32", 1e12),
+    "kernel_overhead_us": ("kernel_overhead_s", 1e-6),
+}
+
+_TIER_UNITS = {"bandwidth_GBps": ("bandwidth", 1e9), "bandwidth_GiBps": ("bandwidth", 2**30),
+               "latency_us": ("latency", 1e-6)}
+
+
+def _convert_units(data: dict, units: dict, what: str) -> dict:
+    converted = {}
+    for key, value in data.items():
+        if key in units:
+            target, factor = units[key]
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                raise SpecError(f"{what}.{key} = {value!r}: must be a finite number")
+            if target in converted:
+                raise SpecError(f"{what}.{key} = {value!r}: {target} is given twice")
+            converted[target] = value * factor
+        else:
+            converted[key] = value
+    return converted
+
+
+def device_from_mapping(data: dict, what: str = "device") -> DeviceSpec:
+    """A device from a file mapping (unit-suffixed keys, optional ``base`` preset)."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{what} = {data!r}: must be a preset name or a mapping")
+    return _with_base(DEVICES, DeviceSpec, _convert_units(data, _DEVICE_UNITS, what), what)
+
+
+def load_device(name_or_path: str | DeviceSpec) -> DeviceSpec:
+    """A device preset by name, or a device file."""
+    if isinstance(name_or_path, DeviceSpec):
+        return name_or_path
+    if not _is_path(name_or_path):
+        return _preset(DEVICES, name_or_path, "device")
+    return device_from_mapping(read_spec_file(name_or_path, "device"))
+
+
+def load_cluster(name_or_path: str | ClusterSpec, devices: int | None = None) -> ClusterSpec:
+    """A cluster preset sized to ``devices``, or a cluster file (whose tiers fix the size)."""
+    if isinstance(name_or_path, ClusterSpec):
+        cluster = name_or_path
+    elif not _is_path(name_or_path):
+        return _preset(CLUSTERS, name_or_path, "cluster").sized(devices)
+    else:
+        cluster = cluster_from_mapping(read_spec_file(name_or_path, "cluster"))
+    if devices is not None and devices != cluster.num_devices:
+        raise SpecError(f"devices = {devices}: cluster {cluster.name}'s tiers multiply to "
+                        f"{cluster.num_devices} devices")
+    return cluster
+
+
+def cluster_from_mapping(data: dict) -> ClusterSpec:
+    """A cluster from a file mapping: name, device, tiers (innermost first)."""
+    data = dict(data)
+    known = {"name", "device", "tiers", "source"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise SpecError(f"cluster.{unknown[0]} = {data[unknown[0]]!r}: unknown key "
+                        f"(known: {', '.join(sorted(known))})")
+    for key in ("name", "device", "tiers"):
+        if key not in data:
+            raise SpecError(f"cluster.{key}: missing")
+    device = data["device"]
+    device = load_device(device) if isinstance(device, str) else device_from_mapping(device, "cluster.device")
+    tiers = data["tiers"]
+    if not isinstance(tiers, list) or not tiers:
+        raise SpecError(f"cluster.tiers = {tiers!r}: must be a non-empty list")
+    parsed = []
+    for i, tier in enumerate(tiers):
+        where = f"cluster.tiers[{i}]"
+        if not isinstance(tier, dict):
+            raise SpecError(f"{where} = {tier!r}: must be a mapping")
+        tier = _convert_units(tier, _TIER_UNITS, where)
+        tier.setdefault("name", f"tier{i}")
+        parsed.append(from_mapping(Tier, tier, where))
+    return ClusterSpec(name=str(data["name"]), device=device, tiers=tuple(parsed),
+                       source=str(data.get("source", "")))

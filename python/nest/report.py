@@ -1,0 +1,70 @@
+"""Human-readable summary of a plan (the default output of ``nest plan``)."""
+
+from __future__ import annotations
+
+from .result import Plan
+
+GiB = 2**30
+
+
+def _ranges(values: tuple[int, ...]) -> str:
+    """``0-7,16-23`` style compression of sorted integers."""
+    parts, start, prev = [], None, None
+    for v in values:
+        if start is None:
+            start = prev = v
+        elif v == prev + 1:
+            prev = v
+        else:
+            parts.append(f"{start}-{prev}" if prev != start else f"{start}")
+            start = prev = v
+    if start is not None:
+        parts.append(f"{start}-{prev}" if prev != start else f"{start}")
+    return ",".join(parts)
+
+
+def _layers(names: tuple[str, ...]) -> str:
+    blocks = [n for n in names if n.startswith("block.")]
+    others = [n for n in names if not n.startswith("block.")]
+    text = []
+    if names and names[0] == "embedding":
+        text.append("embedding")
+    if blocks:
+        first, last = blocks[0].split(".")[1], blocks[-1].split(".")[1]
+        text.append(f"blocks {first}-{last}" if first != last else f"block {first}")
+    if names and names[-1] == "head" and "head" in others:
+        text.append("head")
+    return " + ".join(text)
+
+
+def render(plan: Plan) -> str:
+    """A multi-line text report of ``plan``."""
+    p = plan.parallelism
+    m, c, j = plan.model, plan.cluster, plan.job
+    lines = [
+        f"nest plan: {m['name']} ({m['parameters'] / 1e9:.2f}B parameters) on {c['name']} "
+        f"({c['devices']} x {c['device']})",
+        f"job: global batch {j['global_batch']} x seq {j['seq_len']} tokens, {j['dtype']}",
+        "",
+        f"parallelism: TP {p['tp']}  PP {p['pp']}  DP {p['dp']}  SP {'on' if p['sp'] else 'off'}  "
+        f"recompute {p['recompute']}  distributed optimizer {'on' if p['distributed_optimizer'] else 'off'}",
+        f"             micro-batch {p['micro_batch']} x {p['num_microbatches']} per step, "
+        f"rank order {p['rank_order']}, {plan.devices_used} of {c['devices']} devices used",
+        "",
+        f"step time     {plan.step_time_s:10.4f} s",
+        f"throughput    {plan.throughput_tokens_per_s:10.0f} tokens/s "
+        f"({plan.throughput_tokens_per_s / plan.devices_used:.0f} per device)",
+        f"MFU           {100 * plan.mfu:10.1f} %",
+        f"memory        {plan.memory_max_bytes / GiB:10.1f} GiB of {plan.memory_capacity_bytes / GiB:.1f} "
+        "GiB per device (largest stage)",
+        "",
+        "time breakdown (s): " + "  ".join(f"{k} {v:.4f}" for k, v in plan.breakdown_s.items()),
+        "",
+        f"{'stage':>5}  {'layers':<26} {'devices':<14} {'time/mb (ms)':>12} {'memory (GiB)':>12}",
+    ]
+    for s in plan.stages:
+        lines.append(f"{s.index:>5}  {_layers(s.layers):<26} {_ranges(s.devices):<14} "
+                     f"{1e3 * s.time_s:>12.3f} {s.memory_bytes / GiB:>12.2f}")
+    lines += ["", f"solved in {plan.solve_time_s:.3f} s ({plan.candidates_evaluated} candidates "
+                  f"evaluated, engine {plan.engine})"]
+    return "\n".join(lines)

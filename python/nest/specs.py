@@ -1,0 +1,273 @@
+"""Frozen, validated specifications: model, device, network tiers, cluster, job.
+
+SI units everywhere (seconds, bytes, FLOP/s, bytes/s). File formats that use other
+units carry them in the key name (``bandwidth_GBps``) and are converted on load
+(:mod:`nest.loading`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+
+from .errors import SpecError, require
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+
+def _positive_int(name: str, value) -> None:
+    require(isinstance(value, int) and not isinstance(value, bool) and value > 0,
+            name, value, "must be a positive integer")
+
+
+def _positive_real(name: str, value) -> None:
+    require(isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0, name, value, "must be a positive finite number")
+
+
+def _non_negative_real(name: str, value) -> None:
+    require(isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value >= 0, name, value,
+            "must be a finite number >= 0")
+
+
+def _choice(name: str, value, choices) -> None:
+    require(value in choices, name, value, f"must be one of {', '.join(map(str, choices))}")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only (GPT, Llama) or encoder (BERT) dense transformer.
+
+    ``num_kv_heads`` < ``num_heads`` gives grouped-query attention; ``mlp="swiglu"``
+    uses three ``hidden x ffn_hidden`` matrices, ``"gelu"`` two.
+    """
+
+    name: str
+    num_layers: int
+    hidden: int
+    num_heads: int
+    ffn_hidden: int
+    vocab_size: int
+    seq_len: int
+    num_kv_heads: int = 0  # 0: same as num_heads
+    mlp: str = "gelu"
+    norm: str = "layernorm"
+    bias: bool = True
+    tied_embeddings: bool = True
+    position_embedding: str = "learned"
+    max_position: int = 0  # 0: seq_len
+    type_vocab_size: int = 0
+    encoder_head: bool = False  # BERT: pooler + masked-LM transform instead of a causal LM head
+    dropout: bool = True
+    causal: bool = True
+    published_parameters: int = 0  # 0: unknown
+    default_global_batch: int = 0  # published training batch in sequences (0: unknown)
+    source: str = ""
+
+    def __post_init__(self):
+        require(isinstance(self.name, str) and self.name, "model.name", self.name, "must be a non-empty string")
+        for name in ("num_layers", "hidden", "num_heads", "ffn_hidden", "vocab_size", "seq_len"):
+            _positive_int(f"model.{name}", getattr(self, name))
+        if self.num_kv_heads == 0:
+            object.__setattr__(self, "num_kv_heads", self.num_heads)
+        if self.max_position == 0:
+            object.__setattr__(self, "max_position", self.seq_len)
+        _positive_int("model.num_kv_heads", self.num_kv_heads)
+        _positive_int("model.max_position", self.max_position)
+        require(self.hidden % self.num_heads == 0, "model.hidden", self.hidden,
+                f"must be divisible by num_heads ({self.num_heads})")
+        require(self.num_heads % self.num_kv_heads == 0, "model.num_kv_heads", self.num_kv_heads,
+                f"must divide num_heads ({self.num_heads})")
+        _choice("model.mlp", self.mlp, ("gelu", "swiglu"))
+        _choice("model.norm", self.norm, ("layernorm", "rmsnorm"))
+        _choice("model.position_embedding", self.position_embedding, ("learned", "rope"))
+        require(isinstance(self.type_vocab_size, int) and self.type_vocab_size >= 0,
+                "model.type_vocab_size", self.type_vocab_size, "must be an integer >= 0")
+        require(isinstance(self.default_global_batch, int) and self.default_global_batch >= 0,
+                "model.default_global_batch", self.default_global_batch, "must be an integer >= 0")
+        require(isinstance(self.published_parameters, int) and self.published_parameters >= 0,
+                "model.published_parameters", self.published_parameters, "must be an integer >= 0")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.num_heads
+
+    @property
+    def kv_hidden(self) -> int:
+        """Width of the K (and of the V) projection."""
+        return self.num_kv_heads * self.head_dim
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """One accelerator. Peak FLOP/s are dense (no sparsity) tensor-core numbers."""
+
+    name: str
+    memory_bytes: float
+    hbm_bandwidth: float  # bytes/s
+    peak_flops_bf16: float
+    peak_flops_fp16: float = 0.0  # 0: same as bf16
+    peak_flops_fp8: float = 0.0  # 0: not supported
+    peak_flops_fp32: float = 0.0  # 0: bf16 / 2 (TF32-class matmul)
+    gemm_efficiency: float = 0.75  # fraction of peak a large GEMM reaches
+    hbm_efficiency: float = 0.85  # fraction of HBM bandwidth streaming kernels reach
+    attention_efficiency: float = 0.55  # fused attention kernels, fraction of peak
+    kernel_overhead_s: float = 4e-6  # fixed cost per kernel launch
+    source: str = ""
+
+    def __post_init__(self):
+        require(isinstance(self.name, str) and self.name, "device.name", self.name, "must be a non-empty string")
+        for name in ("memory_bytes", "hbm_bandwidth", "peak_flops_bf16"):
+            _positive_real(f"device.{name}", getattr(self, name))
+        for name in ("peak_flops_fp16", "peak_flops_fp8", "peak_flops_fp32", "kernel_overhead_s"):
+            _non_negative_real(f"device.{name}", getattr(self, name))
+        for name in ("gemm_efficiency", "hbm_efficiency", "attention_efficiency"):
+            value = getattr(self, name)
+            _positive_real(f"device.{name}", value)
+            require(value <= 1, f"device.{name}", value, "must be a fraction in (0, 1]")
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense matmul peak for ``dtype``; SpecError if the device has none."""
+        peak = {
+            "bf16": self.peak_flops_bf16,
+            "fp16": self.peak_flops_fp16 or self.peak_flops_bf16,
+            "fp8": self.peak_flops_fp8,
+            "fp32": self.peak_flops_fp32 or self.peak_flops_bf16 / 2,
+        }[dtype]
+        require(peak > 0, "job.dtype", dtype, f"is not supported by device {self.name}")
+        return peak
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One level of a hierarchical network, innermost first.
+
+    ``fanout`` groups of the level below form one group of this level (devices for the
+    innermost tier). ``bandwidth`` is per device, one direction, in bytes/s, before
+    dividing by ``oversubscription``.
+    """
+
+    name: str
+    fanout: int
+    bandwidth: float
+    latency: float
+    oversubscription: float = 1.0
+
+    def __post_init__(self):
+        _positive_int(f"tier {self.name}.fanout", self.fanout)
+        _positive_real(f"tier {self.name}.bandwidth", self.bandwidth)
+        _non_negative_real(f"tier {self.name}.latency", self.latency)
+        _positive_real(f"tier {self.name}.oversubscription", self.oversubscription)
+        require(self.oversubscription >= 1, f"tier {self.name}.oversubscription",
+                self.oversubscription, "must be >= 1")
+
+    @property
+    def effective_bandwidth(self) -> float:
+        return self.bandwidth / self.oversubscription
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Identical devices on a hierarchical network (tiers innermost first)."""
+
+    name: str
+    device: DeviceSpec
+    tiers: tuple[Tier, ...]
+    source: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "tiers", tuple(self.tiers))
+        require(len(self.tiers) > 0, "cluster.tiers", [], "needs at least one tier")
+        names = [t.name for t in self.tiers]
+        require(len(set(names)) == len(names), "cluster.tiers", names, "tier names must be unique")
+
+    @property
+    def num_devices(self) -> int:
+        return math.prod(t.fanout for t in self.tiers)
+
+    def group_sizes(self) -> tuple[int, ...]:
+        """Devices per group at each tier (cumulative products of the fanouts)."""
+        sizes, size = [], 1
+        for tier in self.tiers:
+            size *= tier.fanout
+            sizes.append(size)
+        return tuple(sizes)
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """Mixed-precision optimizer state, in bytes per parameter.
+
+    The default is Megatron-LM's bf16 Adam: bf16 weights (2), fp32 gradient
+    accumulation and reduction (4), fp32 master weights (4) and two fp32 moments (8):
+    18 bytes per parameter, 6 + 12/d with a distributed optimizer.
+    """
+
+    name: str = "adam"
+    grad_bytes: int = 4
+    master_bytes: int = 4
+    state_bytes: int = 8
+
+    def __post_init__(self):
+        _choice("job.optimizer", self.name, ("adam", "sgd"))
+        for name in ("grad_bytes", "master_bytes", "state_bytes"):
+            value = getattr(self, name)
+            require(isinstance(value, int) and value >= 0, f"job.optimizer.{name}", value,
+                    "must be an integer >= 0")
+
+    @staticmethod
+    def named(name: str) -> "OptimizerSpec":
+        """The default mixed-precision state layout of a named optimizer."""
+        _choice("job.optimizer", name, ("adam", "sgd"))
+        return OptimizerSpec(name=name, state_bytes=8 if name == "adam" else 4)
+
+    @property
+    def sharded_bytes(self) -> int:
+        """Bytes per parameter that a distributed optimizer (ZeRO-1) shards over DP."""
+        return self.master_bytes + self.state_bytes
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What to train: global batch in sequences, sequence length, dtype, optimizer."""
+
+    global_batch: int
+    seq_len: int
+    dtype: str = "bf16"
+    optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
+    flash_attention: bool = True
+    reserved_memory_bytes: float = 2 * 2**30  # CUDA context, NCCL buffers, allocator slack
+
+    def __post_init__(self):
+        _positive_int("job.global_batch", self.global_batch)
+        _positive_int("job.seq_len", self.seq_len)
+        _choice("job.dtype", self.dtype, tuple(DTYPE_BYTES))
+        _non_negative_real("job.reserved_memory_bytes", self.reserved_memory_bytes)
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def tokens(self) -> int:
+        return self.global_batch * self.seq_len
+
+
+def field_names(cls) -> set[str]:
+    """The constructor keys a spec file may use for ``cls``."""
+    return {f.name for f in fields(cls)}
+
+
+def from_mapping(cls, data: dict, where: str):
+    """Build ``cls`` from a dict, rejecting unknown keys with a SpecError naming them."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{where} = {data!r}: must be a mapping")
+    unknown = sorted(set(data) - field_names(cls))
+    if unknown:
+        raise SpecError(f"{where}.{unknown[0]} = {data[unknown[0]]!r}: unknown key "
+                        f"(known: {', '.join(sorted(field_names(cls)))})")
+    try:
+        return cls(**data)
+    except TypeError as error:
+        raise SpecError(f"{where}: {error}") from None

@@ -1,0 +1,115 @@
+"""The command line as a user runs it: exit codes, one-line errors, JSON output."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from nest.cli import main
+
+
+def run(*args):
+    proc = subprocess.run([sys.executable, "-m", "nest", *args], capture_output=True, text=True, timeout=300)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_plan_json_and_evaluate_round_trip(capsys):
+    assert main(["plan", "--model", "gpt-1.7b", "--cluster", "dgx-h100", "--devices", "64", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    p = plan["parallelism"]
+    layers = ",".join(str(len(s["layers"])) for s in plan["stages"])
+    args = ["evaluate", "--model", "gpt-1.7b", "--cluster", "dgx-h100", "--devices", "64", "--json",
+            "--tp", str(p["tp"]), "--pp", str(p["pp"]), "--dp", str(p["dp"]), "--mbs", str(p["micro_batch"]),
+            "--recompute", p["recompute"], "--sp" if p["sp"] else "--no-sp",
+            "--distributed-optimizer" if p["distributed_optimizer"] else "--no-distributed-optimizer",
+            "--layers-per-stage", layers]
+    assert main(args) == 0
+    evaluated = json.loads(capsys.readouterr().out)
+    assert evaluated["step_time_s"] == plan["step_time_s"]
+    assert evaluated["parallelism"] == plan["parallelism"]
+
+
+def test_python_dash_m_and_text_report():
+    code, out, err = run("plan", "--model", "bert-large", "--cluster", "dgx-a100", "--devices", "16")
+    assert code == 0, err
+    assert "step time" in out and "MFU" in out and "stage" in out
+
+
+@pytest.mark.parametrize("args,code,message", [
+    (["plan", "--model", "gpt5", "--cluster", "dgx-a100"], 2, "nest: error: model = 'gpt5': unknown preset"),
+    (["plan", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--devices", "100"], 2,
+     "nest: error: devices = 100: dgx-a100 needs a multiple of 8 devices"),
+    (["plan", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--devices", "-4"], 2,
+     "nest: error: argument --devices: -4 must be >= 1"),
+    (["plan", "--model", "missing.yaml", "--cluster", "dgx-a100"], 2,
+     "nest: error: model = 'missing.yaml': no such file"),
+    (["evaluate", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--devices", "64", "--tp", "1", "--pp", "1",
+      "--dp", "3", "--mbs", "1"], 2,
+     "nest: error: global_batch = 512: must be divisible by dp * micro_batch = 3"),
+    (["plan", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--devices", "8"], 3,
+     "nest: infeasible: no plan fits in memory: the most memory-frugal plan needs"),
+])
+def test_errors_are_one_line_with_exit_codes(args, code, message):
+    got, out, err = run(*args)
+    assert got == code
+    assert err.startswith(message), err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert out == ""
+
+
+def test_model_and_cluster_files(tmp_path, capsys):
+    model = tmp_path / "model.yaml"
+    model.write_text("base: gpt-1.7b\nname: gpt-1.7b-short\nseq_len: 1024\n")
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps({
+        "name": "lab", "device": {"base": "a100-40gb", "memory_GiB": 24},
+        "tiers": [{"name": "nvlink", "fanout": 4, "bandwidth_GBps": 300, "latency_us": 3},
+                  {"name": "eth", "fanout": 4, "bandwidth_GBps": 12.5, "latency_us": 20, "oversubscription": 2}]}))
+    assert main(["plan", "--model", str(model), "--cluster", str(cluster), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["model"]["name"] == "gpt-1.7b-short" and doc["job"]["seq_len"] == 1024
+    assert doc["cluster"]["devices"] == 16 and doc["memory_per_device_bytes"]["capacity"] == 24 * 2**30
+    assert doc["memory_per_device_bytes"]["max"] <= 24 * 2**30
+
+
+@pytest.mark.parametrize("content,message", [
+    ("name: x\ndevice: a100-80gb\ntiers: [{fanout: 0, bandwidth_GBps: 1, latency_us: 1}]\n",
+     "tier tier0.fanout = 0: must be a positive integer"),
+    ("name: x\ndevice: a100-80gb\ntiers: [{fanout: 8, bandwidth_GBps: -1, latency_us: 1}]\n",
+     "tier tier0.bandwidth = -1000000000.0: must be a positive finite number"),
+    ("name: x\ndevice: a100-80gb\ntiers: [{fanout: 8, bandwidth_GBps: 1, latency_us: 1, color: red}]\n",
+     "cluster.tiers[0].color = 'red': unknown key"),
+    ("name: x\ndevice: tpu9\ntiers: [{fanout: 8, bandwidth_GBps: 1, latency_us: 1}]\n",
+     "device = 'tpu9': unknown preset"),
+    ("name: [unclosed\n", "cluster = "),
+])
+def test_bad_cluster_files(tmp_path, content, message, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text(content)
+    assert main(["plan", "--model", "gpt-1.7b", "--cluster", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_file_cluster_device_count_mismatch(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text("name: x\ndevice: a100-80gb\ntiers: [{fanout: 8, bandwidth_GBps: 300, latency_us: 1}]\n")
+    assert main(["plan", "--model", "gpt-1.7b", "--cluster", str(path), "--devices", "16"]) == 2
+    assert "devices = 16: cluster x's tiers multiply to 8 devices" in capsys.readouterr().err
+
+
+def test_bad_model_file_value(tmp_path, capsys):
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"base": "llama2-7b", "num_heads": 0}))
+    assert main(["plan", "--model", str(path), "--cluster", "dgx-a100"]) == 2
+    assert "model.num_heads = 0: must be a positive integer" in capsys.readouterr().err
+
+
+def test_listings(capsys):
+    assert main(["models", "--json"]) == 0
+    names = {m["name"] for m in json.loads(capsys.readouterr().out)}
+    assert {"gpt3-175b", "llama3.1-405b", "bert-large"} <= names
+    assert main(["clusters", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {"dgx-a100", "dgx-h100", "tpuv4-fattree", "h100-spineleaf"} <= {c["name"] for c in doc["clusters"]}

@@ -1,0 +1,119 @@
+"""Cost model: activation memory (Korthikanti et al. 2022), FLOPs (Narayanan et al. 2021),
+collectives (alpha-beta), memory per parameter."""
+
+import math
+
+import numpy as np
+import pytest
+
+from nest.compute import KernelModel
+from nest.costs import LayerConfig, NodeCostModel
+from nest.layout import Layout
+from nest.network import group_shape
+from nest.presets.clusters import CLUSTERS
+from nest.presets.models import MODELS
+from nest.specs import JobSpec
+from nest.tables import Scenario
+
+GPT = MODELS["gpt3-175b"]
+CLUSTER = CLUSTERS["dgx-a100"].sized(1024)
+
+
+def _block(model, job, cfg):
+    kernels = KernelModel(CLUSTER.device, 2, CLUSTER.device.peak_flops("bf16"))
+    tp_shape = group_shape(CLUSTER, np.arange(cfg.tp)[None])
+    return NodeCostModel(model, job, kernels, tp_shape).cost("block", cfg)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+@pytest.mark.parametrize("b", [1, 2])
+def test_korthikanti_activation_formulas(tp, b):
+    job = JobSpec(global_batch=64, seq_len=2048, flash_attention=False)
+    s, h, a = 2048, GPT.hidden, GPT.num_heads
+    sbh = s * b * h
+    expect = {
+        (False, "none"): sbh * (10 + 24 / tp + 5 * a * s / (h * tp)),
+        (True, "none"): sbh / tp * (34 + 5 * a * s / h),
+        (True, "selective"): sbh / tp * 34,
+        (False, "selective"): sbh * (10 + 24 / tp),
+        (False, "full"): 2 * sbh,
+        (True, "full"): 2 * sbh / tp,
+    }
+    for (sp, rc), value in expect.items():
+        if sp and tp == 1:
+            continue
+        got = _block(GPT, job, LayerConfig(tp, sp, b, rc)).act_bytes
+        assert got == pytest.approx(value, rel=1e-12, abs=1), (sp, rc)
+
+
+def test_flash_attention_drops_quadratic_term():
+    job = JobSpec(global_batch=64, seq_len=2048, flash_attention=True)
+    got = _block(GPT, job, LayerConfig(8, True, 1, "none")).act_bytes
+    sbh = 2048 * GPT.hidden
+    # 34 sbh / t plus an fp32 log-sum-exp per head and token
+    assert got == sbh * 34 // 8 + 4 * GPT.num_heads * 2048 // 8
+
+
+def test_model_flops_follow_narayanan():
+    """Per block, fwd+bwd: 72 b s h^2 (1 + s / (6h))."""
+    job = JobSpec(global_batch=64, seq_len=2048)
+    b, s, h = 2, 2048, GPT.hidden
+    cost = _block(GPT, job, LayerConfig(4, True, b, "full"))
+    assert cost.model_flops * 4 == pytest.approx(72 * b * s * h * h * (1 + s / (6 * h)), rel=1e-12)
+
+
+def test_full_recompute_adds_a_forward_pass():
+    job = JobSpec(global_batch=64, seq_len=2048)
+    none = _block(GPT, job, LayerConfig(8, True, 1, "none"))
+    full = _block(GPT, job, LayerConfig(8, True, 1, "full"))
+    selective = _block(GPT, job, LayerConfig(8, True, 1, "selective"))
+    assert none.compute_s < selective.compute_s < full.compute_s
+    assert full.compute_s == pytest.approx(none.compute_s * 4 / 3, rel=0.1)
+    assert full.tp_comm_s == pytest.approx(none.tp_comm_s * 1.5)
+
+
+def test_ring_all_reduce_single_tier():
+    shape = group_shape(CLUSTER, np.arange(8)[None])
+    nbytes = 1e9
+    tier = CLUSTER.tiers[0]
+    assert shape.all_reduce(nbytes) == pytest.approx(2 * 7 / 8 * nbytes / tier.bandwidth + 2 * 7 * tier.latency)
+
+
+def test_hierarchical_all_reduce_two_tiers():
+    """16 ranks = 2 per node x 8 nodes in one leaf: RS in node, ring across nodes on 1/2."""
+    layout = Layout({"tp": 4, "dp": 16, "pp": 1})
+    groups = layout.groups("dp")
+    shape = group_shape(CLUSTER, groups)
+    assert shape.factors == (2, 8, 1)
+    nvlink, leaf = CLUSTER.tiers[0], CLUSTER.tiers[1]
+    n = 4e9
+    expect = 2 * ((1 / 2) * n / nvlink.bandwidth + nvlink.latency
+                  + (7 / 8) * (n / 2) / leaf.bandwidth + 7 * leaf.latency)
+    assert shape.all_reduce(n) == pytest.approx(expect, rel=1e-12)
+
+
+def test_non_uniform_group_priced_as_flat_ring_on_outer_tier():
+    shape = group_shape(CLUSTER, np.array([[6, 7, 8, 9, 10, 11]]))
+    assert shape.factors == (1, 6, 1)
+
+
+def test_pipeline_boundary_tiers_follow_rank_order():
+    # tp 2 x dp 2 = 4 devices per stage: stages 0|1 share a node, 1|2 cross to the leaf.
+    layout = Layout({"tp": 2, "dp": 2, "pp": 4})
+    assert layout.boundary_tiers(CLUSTER).tolist() == [0, 1, 0]
+    layout = Layout({"tp": 8, "dp": 16, "pp": 4})  # 128 devices per stage, leaves of 256
+    assert layout.boundary_tiers(CLUSTER).tolist() == [1, 2, 1]
+
+
+def test_memory_per_parameter_megatron_and_zero1():
+    scn = Scenario(GPT, CLUSTER, JobSpec(global_batch=1536, seq_len=2048))
+    plain = scn.memory_per_param(np.array([8]), np.array([False]))[0]
+    sharded = scn.memory_per_param(np.array([8]), np.array([True]))[0]
+    assert plain == 18  # Megatron: 2 weight + 4 fp32 grad + 12 Adam state
+    assert sharded == 6 + 12 / 8
+
+
+def test_tied_embedding_copy_only_across_stages():
+    from nest.model import node_params
+    assert node_params(GPT, "head", 8, True) - node_params(GPT, "head", 8, False) == \
+        math.ceil(GPT.vocab_size * GPT.hidden / 8)

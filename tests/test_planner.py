@@ -1,0 +1,155 @@
+"""End-to-end planning: exactness against brute force, evaluate round trips, engines agree."""
+
+import numpy as np
+import pytest
+
+import nest
+from nest.dp_problem import DPProblem
+from nest.dp_reference import brute_force
+from nest.planner import _bounds
+from nest.presets.clusters import CLUSTERS
+from nest.space import enumerate_candidates
+from nest.specs import JobSpec, ModelSpec
+from nest.tables import PS, Scenario
+
+TINY = ModelSpec(name="tiny", num_layers=4, hidden=1024, num_heads=16, ffn_hidden=4096,
+                 vocab_size=32000, seq_len=1024)
+
+
+def _tiny_cluster(memory_gib: float):
+    from dataclasses import replace
+    cluster = CLUSTERS["dgx-a100"].sized(16)
+    return replace(cluster, device=replace(cluster.device, memory_bytes=memory_gib * 2**30))
+
+
+def _exhaustive_optimum(model, cluster, job) -> int:
+    """Every candidate, every split, no pruning: the true optimum in integer picoseconds."""
+    scn = Scenario(model, cluster, job)
+    cands = enumerate_candidates(model, cluster, job, scn.num_nodes)
+    tables = scn.config_tables(cands.configs)
+    bounds = _bounds(scn, tables, cands)
+    from nest.planner import _problem
+    problem = _problem(scn, tables, cands, bounds, np.arange(len(cands)))
+    best = None
+    for n in range(len(cands)):
+        found = brute_force(problem, n)
+        if found is not None and (best is None or found[0] < best):
+            best = found[0]
+    return best
+
+
+@pytest.mark.parametrize("memory_gib", [80, 1.0, 0.8, 0.7])
+def test_plan_is_the_exhaustive_optimum(memory_gib):
+    cluster = _tiny_cluster(memory_gib)
+    job = JobSpec(global_batch=16, seq_len=1024, reserved_memory_bytes=0.5 * 2**30)
+    optimum = _exhaustive_optimum(TINY, cluster, job)
+    plan = nest.plan(TINY, cluster, job)
+    assert round(plan.step_time_s * PS) == optimum
+    assert plan.memory_max_bytes <= cluster.device.memory_bytes
+    assert plan.devices_used <= cluster.num_devices
+
+
+def test_memory_limit_changes_the_plan():
+    job = JobSpec(global_batch=16, seq_len=1024, reserved_memory_bytes=0.5 * 2**30)
+    roomy = nest.plan(TINY, _tiny_cluster(80), job)
+    tight = nest.plan(TINY, _tiny_cluster(0.8), job)
+    assert roomy.memory_max_bytes > 0.8 * 2**30 >= tight.memory_max_bytes
+    assert tight.step_time_s > roomy.step_time_s
+
+
+def test_engines_agree_on_a_real_model():
+    cluster = nest.load_cluster("dgx-a100", devices=64)
+    job = JobSpec(global_batch=512, seq_len=2048)
+    fast = nest.plan("gpt-1.7b", cluster, job, engine="cpp").to_dict()
+    slow = nest.plan("gpt-1.7b", cluster, job, engine="python").to_dict()
+    for doc in (fast, slow):
+        doc.pop("solve_time_s"), doc.pop("engine")
+    assert fast == slow
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gpt3_plan_deterministic_across_threads(threads):
+    cluster = nest.load_cluster("dgx-a100", devices=1024)
+    doc = nest.plan("gpt3-175b", cluster, threads=threads).to_dict()
+    reference = nest.plan("gpt3-175b", cluster, threads=1).to_dict()
+    for d in (doc, reference):
+        d.pop("solve_time_s")
+    assert doc == reference
+
+
+def _evaluate_like(plan, model, cluster, **extra):
+    p = plan.parallelism
+    return nest.evaluate(model, cluster, tp=p["tp"], pp=p["pp"], dp=p["dp"], micro_batch=p["micro_batch"],
+                         recompute=p["recompute"], sp=p["sp"],
+                         distributed_optimizer=p["distributed_optimizer"], **extra)
+
+
+def test_evaluate_reproduces_plan_step_time():
+    cluster = nest.load_cluster("dgx-a100", devices=1024)
+    plan = nest.plan("gpt3-175b", cluster)
+    layers = [len(s.layers) for s in plan.stages]
+    fixed = _evaluate_like(plan, "gpt3-175b", cluster, layers_per_stage=layers)
+    assert fixed.step_time_s == plan.step_time_s
+    searched = _evaluate_like(plan, "gpt3-175b", cluster)
+    assert searched.step_time_s == plan.step_time_s
+    assert [s.layers for s in searched.stages] == [s.layers for s in plan.stages]
+    # any other split of the same configuration is no faster
+    even = [12] * plan.parallelism["pp"]
+    even[0] += 1
+    even[-1] += 1
+    other = _evaluate_like(plan, "gpt3-175b", cluster, layers_per_stage=even)
+    assert other.step_time_s >= plan.step_time_s
+
+
+def test_json_document_keys():
+    doc = nest.plan("bert-large", nest.load_cluster("dgx-h100", devices=16)).to_dict()
+    assert set(doc["parallelism"]) >= {"tp", "pp", "dp", "cp", "ep", "sp", "vp", "zero", "recompute",
+                                       "micro_batch", "num_microbatches", "rank_order"}
+    assert set(doc["stages"][0]) >= {"index", "layers", "devices", "time_s", "memory_bytes"}
+    assert set(doc) >= {"step_time_s", "throughput_tokens_per_s", "mfu", "devices_used",
+                        "memory_per_device_bytes", "breakdown_s", "solve_time_s",
+                        "candidates_evaluated", "model", "job", "cluster"}
+    assert set(doc["breakdown_s"]) >= {"compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm",
+                                       "dp_comm", "bubble"}
+    assert sum(doc["breakdown_s"].values()) == pytest.approx(doc["step_time_s"], rel=1e-9)
+    assert set(doc["model"]) >= {"name", "parameters", "active_parameters", "layers"}
+    assert set(doc["job"]) >= {"global_batch", "seq_len", "dtype"}
+    assert set(doc["cluster"]) >= {"name", "devices", "device"}
+    layers = [name for stage in doc["stages"] for name in stage["layers"]]
+    assert layers == ["embedding"] + [f"block.{i}" for i in range(24)] + ["head"]
+    assert doc["throughput_tokens_per_s"] == pytest.approx(256 * 512 / doc["step_time_s"])
+
+
+def test_infeasible_names_the_memory_needed():
+    with pytest.raises(nest.InfeasibleError, match=r"needs \d+\.\d\d GiB per device, a100-80gb has 80\.00 GiB"):
+        nest.plan("gpt3-175b", nest.load_cluster("dgx-a100", devices=8))
+
+
+def test_evaluate_rejects_inconsistent_configs():
+    cluster = nest.load_cluster("dgx-a100", devices=64)
+    with pytest.raises(nest.SpecError, match="global_batch = 512: must be divisible by dp \\* micro_batch = 24"):
+        nest.evaluate("gpt-1.7b", cluster, tp=1, pp=1, dp=3, micro_batch=8)
+    with pytest.raises(nest.SpecError, match="tp \\* pp \\* dp = 128: exceeds the cluster's 64 devices"):
+        nest.evaluate("gpt-1.7b", cluster, tp=8, pp=2, dp=8, micro_batch=1)
+    with pytest.raises(nest.SpecError, match="layers_per_stage = 10,10: sums to 20, the layer graph has 26"):
+        nest.evaluate("gpt-1.7b", cluster, tp=1, pp=2, dp=2, micro_batch=1, layers_per_stage=[10, 10])
+
+
+def test_evaluate_infeasible_stage_reports_memory():
+    cluster = nest.load_cluster("dgx-a100", devices=64)
+    with pytest.raises(nest.InfeasibleError, match=r"stage 0 \(nodes 0\.\.97\) needs \d+\.\d\d GiB"):
+        nest.evaluate("gpt3-175b", cluster, tp=8, pp=1, dp=8, micro_batch=1, layers_per_stage=[98])
+
+
+def test_fewer_devices_used_when_the_batch_does_not_split():
+    # 6 sequences cannot keep 8 data-parallel replicas busy: dp must divide the batch.
+    plan = nest.plan("bert-large", nest.load_cluster("dgx-a100", devices=8), JobSpec(global_batch=6, seq_len=512))
+    assert 6 % plan.parallelism["dp"] == 0
+    assert plan.devices_used <= 8
+
+
+def test_too_little_memory_for_the_tiny_model():
+    job = JobSpec(global_batch=16, seq_len=1024, reserved_memory_bytes=0.5 * 2**30)
+    with pytest.raises(nest.InfeasibleError, match=r"most memory-frugal plan needs 0\.6\d GiB per device, "
+                                                   r"a100-80gb has 0\.60 GiB"):
+        nest.plan(TINY, _tiny_cluster(0.6), job)
