@@ -43,6 +43,7 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -53,6 +54,12 @@
 namespace nest {
 
 namespace {
+
+// A literal message is only turned into a string when the check fails: these run in
+// per-element loops over the tables.
+void require(bool ok, const char* message) {
+    if (!ok) throw std::invalid_argument(message);
+}
 
 void require(bool ok, const std::string& message) {
     if (!ok) throw std::invalid_argument(message);
@@ -165,7 +172,7 @@ void check_values(const Problem& pb) {
     auto non_negative = [](const ArrayView<int64_t>& a, const char* name) {
         const int64_t n = a.size();
         for (int64_t i = 0; i < n; ++i)
-            require(a.data[i] >= 0, std::string(name) + " must be non-negative");
+            if (a.data[i] < 0) require(false, std::string(name) + " must be non-negative");
     };
     non_negative(pb.time_ps, "time_ps");
     non_negative(pb.params, "params");
@@ -174,8 +181,8 @@ void check_values(const Problem& pb) {
     auto finite_non_negative = [](const ArrayView<double>& a, const char* name) {
         const int64_t n = a.size();
         for (int64_t i = 0; i < n; ++i)
-            require(std::isfinite(a.data[i]) && a.data[i] >= 0,
-                    std::string(name) + " must be finite and non-negative");
+            if (!(std::isfinite(a.data[i]) && a.data[i] >= 0))
+                require(false, std::string(name) + " must be finite and non-negative");
     };
     finite_non_negative(pb.cand_mem_fixed, "cand_mem_fixed");
     finite_non_negative(pb.cand_mem_per_param, "cand_mem_per_param");
@@ -289,8 +296,9 @@ class CandidateSolver {
         w_total_ = PW_[L_];
         // Lower bounds: some stage holds the largest node, and the stage sums add up to
         // at least the totals.
-        t_base_ = std::max(tables_.max_time_node[c], (PT_[L_] + p_ - 1) / p_);
-        w_base_ = std::max(tables_.max_params_node[c], (w_total_ + p_ - 1) / p_);
+        auto ceil_div = [](int64_t x, int64_t d) { return x / d + (x % d != 0); };
+        t_base_ = std::max(tables_.max_time_node[c], ceil_div(PT_[L_], p_));
+        w_base_ = std::max(tables_.max_params_node[c], ceil_div(w_total_, p_));
         // memlo[k][j]: the smallest start i <= j such that [i, j) fits in memory at
         // position k (j when none). Positions with the same inflight share a row.
         pred_.resize(p_ * (L_ + 1));
@@ -624,19 +632,18 @@ void solve(const Problem& pb, int threads, Result& result) {
                                      result.ends.data() + pb.pos_offset.data[n]);
         result.status[n] = ok ? kSolved : kInfeasible;
     };
-    auto update_incumbent = [&](int64_t stop) {
-        int64_t best = kInf;
-        for (int64_t n = 0; n < stop; ++n) best = std::min(best, result.objective[n]);
-        incumbent = best;
+    // The incumbent for chunk c is the best objective of chunks < c (kInf if none).
+    auto update_incumbent = [&](int64_t chunk, int64_t stop) {
+        for (int64_t n = chunk; n < stop; ++n) incumbent = std::min(incumbent, result.objective[n]);
     };
 
 #ifdef NEST_HAVE_OPENMP
     if (nthreads > 1) {
 #pragma omp parallel num_threads(nthreads)
         {
-            CandidateSolver* solver = nullptr;
+            std::unique_ptr<CandidateSolver> solver;
             try {
-                solver = new CandidateSolver(pb, tables);
+                solver = std::make_unique<CandidateSolver>(pb, tables);
             } catch (...) {
 #pragma omp critical(nest_stage_dp_error)
                 if (!error) error = std::current_exception();
@@ -655,9 +662,8 @@ void solve(const Problem& pb, int threads, Result& result) {
                 }
                 // implicit barrier above; one thread moves the incumbent, barrier after
 #pragma omp single
-                update_incumbent(stop);
+                update_incumbent(chunk, stop);
             }
-            delete solver;
         }
         if (error) std::rethrow_exception(error);
     } else
@@ -667,7 +673,7 @@ void solve(const Problem& pb, int threads, Result& result) {
         for (int64_t chunk = 0; chunk < N; chunk += kChunk) {
             const int64_t stop = std::min(chunk + kChunk, N);
             for (int64_t n = chunk; n < stop; ++n) solve_one(solver, n);
-            update_incumbent(stop);
+            update_incumbent(chunk, stop);
         }
     }
 

@@ -6,20 +6,26 @@
 // same tie-breaking. It never includes pybind11; cpp/bindings/module.cpp is the thin
 // layer that turns numpy arrays into the views below.
 //
-// Algorithm (per candidate, see stage_dp.cpp for the proofs in comments):
+// Algorithm (per candidate, see stage_dp.cpp for the exactness arguments):
 //   check(Tcap, Wcap)  forward reachability over positions with a two-pointer window of
 //                      memory/params-feasible segment starts and a monotone deque for the
-//                      time condition: O(p L).
-//   minT / minW        bisection over integers on top of check (with jumps).
-//   Pareto walk        identical to dp_reference.solve_candidate.
+//                      time condition, restricted to ends whose suffix can still fit in
+//                      the remaining stages: O(p L). An infeasible check also reports the
+//                      next caps at which its outcome can change, a feasible one a split.
+//   minT / minW        integer bisection on top of check, jumping to those values.
+//   Pareto walk        the one of dp_reference.solve_candidate (same points, same stop).
 //   reconstruction     backward "completes" table (mirrored sliding window) and a greedy
 //                      pass: the lexicographically smallest vector of stage ends.
+//   candidates         in chunks of kChunk with lower-bound pruning against the best of
+//                      earlier chunks; a chunk's candidates run in parallel (OpenMP).
 //
-// Precondition (checked, std::invalid_argument otherwise): all arithmetic fits in int64,
-// i.e. for every candidate n with config c,
-//   sum(time_ps[c]) + 2 * max(send_ps[c]) + 1 = Tbound + 1,   sum(params[c]),
-//   sum(act_bytes[c]) fit, and scale[n] * (Tbound + 1) + G(sum(params[c])) <= INT64_MAX.
-// Realistic inputs (picoseconds, bytes) are many orders of magnitude below this.
+// Precondition (checked, std::invalid_argument otherwise): all arithmetic fits in int64.
+// For every config c, Tbound[c] = sum(time_ps[c]) + 2 * max(send_ps[c]) (a bound on any
+// stage time) plus one, sum(params[c]) and sum(act_bytes[c]) fit in int64; for every
+// candidate n, G(sum(params[c])) < 2^63 and scale[n] * (Tbound[c] + 1) + G(sum(params[c]))
+// <= INT64_MAX. The Python reference would solve some such inputs with unbounded ints
+// (or fail with OverflowError when storing the result); realistic inputs (picoseconds,
+// bytes) are many orders of magnitude below these limits.
 #pragma once
 
 #include <cstdint>

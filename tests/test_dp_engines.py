@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
+from nest import _core as core
 from nest import dp_reference, engine
 from nest.dp_problem import CHUNK, INF, INFEASIBLE, PRUNED, SOLVED, DPProblem, DPResult
-
-core = pytest.importorskip("nest._core")
 
 ARRAY_FIELDS = ("time_ps", "params", "act_bytes", "send_ps", "cand_config", "cand_scale",
                 "cand_mem_fixed", "cand_mem_per_param", "cand_g0", "cand_g1",
@@ -100,19 +98,16 @@ def random_arrays(rng: np.random.Generator, max_nodes: int = 9, max_candidates: 
         lower[: min(n, 3)] = 0
     else:
         lower = rng.integers(0, int(max(time.sum(), 1)) * 4 + 1, size=n).astype(np.int64)
-    return dict(time_ps=time, params=params, act_bytes=act, send_ps=send,
-                cand_config=cand_config, cand_scale=cand_scale, cand_mem_fixed=cand_mem_fixed,
-                cand_mem_per_param=cand_mem_per_param, cand_g0=cand_g0, cand_g1=cand_g1,
-                cand_lower_bound=np.asarray(lower, dtype=np.int64), pos_offset=pos_offset,
-                pos_inflight=pos_inflight, pos_tier=pos_tier, capacity=capacity)
+    return {"time_ps": time, "params": params, "act_bytes": act, "send_ps": send,
+            "cand_config": cand_config, "cand_scale": cand_scale,
+            "cand_mem_fixed": cand_mem_fixed, "cand_mem_per_param": cand_mem_per_param,
+            "cand_g0": cand_g0, "cand_g1": cand_g1,
+            "cand_lower_bound": np.asarray(lower, dtype=np.int64), "pos_offset": pos_offset,
+            "pos_inflight": pos_inflight, "pos_tier": pos_tier, "capacity": capacity}
 
 
 def random_problem(seed: int, **kw) -> DPProblem:
     return DPProblem.build(**random_arrays(np.random.default_rng(seed), **kw))
-
-
-def core_args(problem: DPProblem) -> list:
-    return [getattr(problem, f) for f in ARRAY_FIELDS] + [problem.capacity]
 
 
 def assert_same(a: DPResult, b: DPResult) -> None:
@@ -136,22 +131,20 @@ def without_pruning(problem: DPProblem) -> DPProblem:
 SEEDS = range(N_RANDOM)
 
 
-@pytest.fixture(scope="module")
-def outcome_counts():
-    counts = {SOLVED: 0, INFEASIBLE: 0, PRUNED: 0}
-    yield counts
-    # Guard against a generator that stopped exercising a case.
+def test_generator_covers_every_outcome():
+    """The random instances exercise solved, infeasible and pruned candidates alike."""
+    counts = np.zeros(3, dtype=np.int64)
+    for seed in SEEDS:
+        counts += np.bincount(engine.solve(random_problem(seed), "cpp").status, minlength=3)
     assert counts[SOLVED] > 500 and counts[INFEASIBLE] > 50 and counts[PRUNED] > 50, counts
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_cpp_matches_reference(seed, outcome_counts):
+def test_cpp_matches_reference(seed):
     problem = random_problem(seed)
     expected = dp_reference.solve(problem)
     got = engine.solve(problem, "cpp", threads=1)
     assert_same(got, expected)
-    for status in (SOLVED, INFEASIBLE, PRUNED):
-        outcome_counts[status] += int((got.status == status).sum())
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -180,7 +173,7 @@ def test_thread_count_does_not_change_result(seed):
 
 
 def test_chunked_pruning_against_reference():
-    """Many candidates and a true lower bound: pruning across chunks must agree."""
+    """Several chunks of candidates: pruning against earlier chunks must agree."""
     n = 4 * CHUNK + 5
     for seed in range(20):
         arrays = random_arrays(np.random.default_rng(70_000 + seed), max_nodes=8, max_candidates=n)
@@ -188,6 +181,13 @@ def test_chunked_pruning_against_reference():
         expected = dp_reference.solve(problem)
         for threads in (1, 2):
             assert_same(engine.solve(problem, "cpp", threads=threads), expected)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_medium_instances_against_reference(seed):
+    """Up to 40 nodes (too many for brute force): the full result against the reference."""
+    problem = random_problem(20_000 + seed, max_nodes=40, max_candidates=6)
+    assert_same(engine.solve(problem, "cpp", threads=2), dp_reference.solve(problem))
 
 
 def test_uniform_chain_ties():
@@ -351,6 +351,14 @@ def test_bad_input_raises_value_error(name):
 def test_unknown_engine():
     with pytest.raises(ValueError, match="gpu"):
         engine.solve(random_problem(0), "gpu")
+
+
+def test_bad_thread_count():
+    with pytest.raises(ValueError):
+        engine.solve(random_problem(0), "cpp", threads=0)
+    problem = random_problem(5)
+    many = engine.solve(problem, "cpp", threads=64)  # more threads than candidates
+    assert_same(many, engine.solve(problem, "python", threads=3))
 
 
 def test_engine_helpers():
