@@ -81,7 +81,7 @@ void require_length(const ArrayView<T>& a, const char* name, int64_t n, const ch
 
 // Prefix sums of one layer-config table and the bound on any stage time.
 struct ConfigTables {
-    std::vector<int64_t> prefix_time, prefix_params, prefix_act;  // [C * (L + 1)]
+    std::vector<int64_t> prefix_time, prefix_params, prefix_act, prefix_mem;  // [C * (L + 1)]
     std::vector<int64_t> time_bound;  // Tbound[c] = PT[L] + 2 * max(send[c])
     std::vector<int64_t> max_time_node, max_params_node;  // max over single nodes
 };
@@ -95,6 +95,7 @@ ConfigTables build_tables(const Problem& pb) {
     t.prefix_time.assign(C * (L + 1), 0);
     t.prefix_params.assign(C * (L + 1), 0);
     t.prefix_act.assign(C * (L + 1), 0);
+    t.prefix_mem.assign(C * (L + 1), 0);
     t.time_bound.assign(C, 0);
     t.max_time_node.assign(C, 0);
     t.max_params_node.assign(C, 0);
@@ -102,6 +103,8 @@ ConfigTables build_tables(const Problem& pb) {
         const int64_t* tp = pb.time_ps.data + c * L;
         const int64_t* pp = pb.params.data + c * L;
         const int64_t* ap = pb.act_bytes.data + c * L;
+        const int64_t* mp = pb.mem_params.data + c * L;
+        int64_t* PM = t.prefix_mem.data() + c * (L + 1);
         int64_t* PT = t.prefix_time.data() + c * (L + 1);
         int64_t* PW = t.prefix_params.data() + c * (L + 1);
         int64_t* PA = t.prefix_act.data() + c * (L + 1);
@@ -109,6 +112,7 @@ ConfigTables build_tables(const Problem& pb) {
             require(!add_overflows(PT[i], tp[i], &PT[i + 1]), "sum of time_ps overflows int64");
             require(!add_overflows(PW[i], pp[i], &PW[i + 1]), "sum of params overflows int64");
             require(!add_overflows(PA[i], ap[i], &PA[i + 1]), "sum of act_bytes overflows int64");
+            require(!add_overflows(PM[i], mp[i], &PM[i + 1]), "sum of mem_params overflows int64");
             t.max_time_node[c] = std::max(t.max_time_node[c], tp[i]);
             t.max_params_node[c] = std::max(t.max_params_node[c], pp[i]);
         }
@@ -134,6 +138,7 @@ constexpr double kTwo63 = 9223372036854775808.0;
 void check_values(const Problem& pb) {
     require_shape(pb.time_ps, "time_ps", 2);
     require_shape(pb.params, "params", 2);
+    require_shape(pb.mem_params, "mem_params", 2);
     require_shape(pb.act_bytes, "act_bytes", 2);
     require_shape(pb.send_ps, "send_ps", 3);
     require_shape(pb.cand_config, "cand_config", 1);
@@ -149,8 +154,8 @@ void check_values(const Problem& pb) {
 
     const int64_t C = pb.time_ps.shape[0], L = pb.time_ps.shape[1];
     require(pb.params.shape[0] == C && pb.params.shape[1] == L && pb.act_bytes.shape[0] == C &&
-                pb.act_bytes.shape[1] == L,
-            "params and act_bytes must have the shape of time_ps");
+                pb.act_bytes.shape[1] == L && pb.mem_params.shape[0] == C && pb.mem_params.shape[1] == L,
+            "params, mem_params and act_bytes must have the shape of time_ps");
     require(pb.send_ps.shape[0] == C && pb.send_ps.shape[2] == L,
             "send_ps must have shape [configs, tiers, nodes]");
     const int64_t N = pb.cand_config.shape[0];
@@ -176,6 +181,7 @@ void check_values(const Problem& pb) {
     };
     non_negative(pb.time_ps, "time_ps");
     non_negative(pb.params, "params");
+    non_negative(pb.mem_params, "mem_params");
     non_negative(pb.act_bytes, "act_bytes");
     non_negative(pb.send_ps, "send_ps");
     auto finite_non_negative = [](const ArrayView<double>& a, const char* name) {
@@ -283,6 +289,7 @@ class CandidateSolver {
         PT_ = tables_.prefix_time.data() + c * (L_ + 1);
         PW_ = tables_.prefix_params.data() + c * (L_ + 1);
         PA_ = tables_.prefix_act.data() + c * (L_ + 1);
+        PM_ = tables_.prefix_mem.data() + c * (L_ + 1);
         send_ = pb_.send_ps.data + c * pb_.send_ps.shape[1] * L_;
         inflight_ = pb_.pos_inflight.data + start;
         tier_ = pb_.pos_tier.data + start;
@@ -326,7 +333,7 @@ class CandidateSolver {
     }
 
     bool fits(int64_t k, int64_t i, int64_t j) const {
-        const double w = static_cast<double>(PW_[j] - PW_[i]);
+        const double w = static_cast<double>(PM_[j] - PM_[i]);
         const double a = static_cast<double>(PA_[j] - PA_[i]);
         return mem_fixed_ + mem_per_param_ * w + inflight_[k] * a <= capacity_;
     }
@@ -566,7 +573,7 @@ class CandidateSolver {
     const ConfigTables& tables_;
     const int64_t L_;
     int64_t p_ = 0;
-    const int64_t *PT_ = nullptr, *PW_ = nullptr, *PA_ = nullptr, *send_ = nullptr;
+    const int64_t *PT_ = nullptr, *PW_ = nullptr, *PA_ = nullptr, *PM_ = nullptr, *send_ = nullptr;
     const double* inflight_ = nullptr;
     const int64_t* tier_ = nullptr;
     double mem_fixed_ = 0, mem_per_param_ = 0, capacity_ = 0, g0_ = 0, g1_ = 0;

@@ -56,7 +56,8 @@ struct ArrayView {
 // The dense tables of python/nest/dp_problem.py::DPProblem (same names, same layout).
 struct Problem {
     ArrayView<int64_t> time_ps;           // [C, L]
-    ArrayView<int64_t> params;            // [C, L]
+    ArrayView<int64_t> params;            // [C, L] weight of the exposed sync G (and of w caps)
+    ArrayView<int64_t> mem_params;        // [C, L] parameters whose state occupies memory
     ArrayView<int64_t> act_bytes;         // [C, L]
     ArrayView<int64_t> send_ps;           // [C, NT, L]
     ArrayView<int64_t> cand_config;       // [N]

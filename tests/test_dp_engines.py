@@ -8,7 +8,7 @@ from nest import _core as core
 from nest import dp_reference, engine
 from nest.dp_problem import CHUNK, INF, INFEASIBLE, PRUNED, SOLVED, DPProblem, DPResult
 
-ARRAY_FIELDS = ("time_ps", "params", "act_bytes", "send_ps", "cand_config", "cand_scale",
+ARRAY_FIELDS = ("time_ps", "params", "mem_params", "act_bytes", "send_ps", "cand_config", "cand_scale",
                 "cand_mem_fixed", "cand_mem_per_param", "cand_g0", "cand_g1",
                 "cand_lower_bound", "pos_offset", "pos_inflight", "pos_tier")
 N_RANDOM = 320
@@ -46,6 +46,9 @@ def random_arrays(rng: np.random.Generator, max_nodes: int = 9, max_candidates: 
         send[:] = 0  # free boundaries
     if rng.random() < 0.2:
         params[:] = 0  # G(w) constant
+    mem_params = params.copy()
+    if rng.random() < 0.4:  # memory weighs parameters differently from the sync (MoE)
+        mem_params = rng.permutation(params, axis=1) + params // 3
 
     n = int(rng.integers(1, max_candidates + 1))
     if rng.random() < 0.1:
@@ -63,7 +66,7 @@ def random_arrays(rng: np.random.Generator, max_nodes: int = 9, max_candidates: 
             pos_inflight[pos_offset[c]:pos_offset[c + 1]] = np.arange(p, 0, -1) * rng.choice([0.5, 1.0])
 
     capacity = float(rng.choice([1000.0, 1e3 + 0.1, 1e4, 7e2]))
-    w_total = params.sum(axis=1).astype(np.float64)
+    w_total = mem_params.sum(axis=1).astype(np.float64)
     a_total = act.sum(axis=1).astype(np.float64)
     # Scale the memory coefficients so that capacity binds somewhere between "whole model
     # fits on one stage" and "nothing fits": some candidates (or all) become infeasible.
@@ -98,7 +101,7 @@ def random_arrays(rng: np.random.Generator, max_nodes: int = 9, max_candidates: 
         lower[: min(n, 3)] = 0
     else:
         lower = rng.integers(0, int(max(time.sum(), 1)) * 4 + 1, size=n).astype(np.int64)
-    return {"time_ps": time, "params": params, "act_bytes": act, "send_ps": send,
+    return {"time_ps": time, "params": params, "mem_params": mem_params, "act_bytes": act, "send_ps": send,
             "cand_config": cand_config, "cand_scale": cand_scale,
             "cand_mem_fixed": cand_mem_fixed, "cand_mem_per_param": cand_mem_per_param,
             "cand_g0": cand_g0, "cand_g1": cand_g1,

@@ -55,7 +55,8 @@ py::array_t<int64_t> to_numpy(const std::vector<int64_t>& values) {
     return out;
 }
 
-py::tuple solve(const py::object& time_ps, const py::object& params, const py::object& act_bytes,
+py::tuple solve(const py::object& time_ps, const py::object& params, const py::object& mem_params,
+                const py::object& act_bytes,
                 const py::object& send_ps, const py::object& cand_config, const py::object& cand_scale,
                 const py::object& cand_mem_fixed, const py::object& cand_mem_per_param, const py::object& cand_g0,
                 const py::object& cand_g1, const py::object& cand_lower_bound, const py::object& pos_offset,
@@ -63,6 +64,7 @@ py::tuple solve(const py::object& time_ps, const py::object& params, const py::o
     nest::Problem pb;
     pb.time_ps = view<int64_t>(time_ps, "time_ps", 2);
     pb.params = view<int64_t>(params, "params", 2);
+    pb.mem_params = view<int64_t>(mem_params, "mem_params", 2);
     pb.act_bytes = view<int64_t>(act_bytes, "act_bytes", 2);
     pb.send_ps = view<int64_t>(send_ps, "send_ps", 3);
     pb.cand_config = view<int64_t>(cand_config, "cand_config", 1);
@@ -97,7 +99,7 @@ py::tuple solve(const py::object& time_ps, const py::object& params, const py::o
 
 PYBIND11_MODULE(_core, m) {
     m.doc() = "nest's compiled stage DP (private; use nest.engine).";
-    m.def("solve", &solve, py::arg("time_ps"), py::arg("params"), py::arg("act_bytes"), py::arg("send_ps"),
+    m.def("solve", &solve, py::arg("time_ps"), py::arg("params"), py::arg("mem_params"), py::arg("act_bytes"), py::arg("send_ps"),
           py::arg("cand_config"), py::arg("cand_scale"), py::arg("cand_mem_fixed"), py::arg("cand_mem_per_param"),
           py::arg("cand_g0"), py::arg("cand_g1"), py::arg("cand_lower_bound"), py::arg("pos_offset"),
           py::arg("pos_inflight"), py::arg("pos_tier"), py::arg("capacity"), py::arg("threads") = 0,

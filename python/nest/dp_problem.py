@@ -12,9 +12,11 @@ Notation (one candidate = one intra-layer configuration with a fixed stage count
   with ``e_{-1} = 0`` and ``e_{p-1} = L``; every stage is non-empty.
 * stage time ``T_k = sum(time[i..j)) + send[tier_k][j-1]   (k < p-1: activations forward)
   + send[tier_{k-1}][i-1]   (k > 0: gradients backward)`` -- the sender pays.
-* stage parameters ``W_k = sum(params[i..j))``.
-* stage memory ``mem_fixed + mem_per_param * W_k + inflight_k * sum(act[i..j))`` must be
-  ``<= capacity`` (evaluated in float64 in exactly this order).
+* stage parameters ``W_k = sum(params[i..j))`` (the weight of the exposed sync).
+* stage memory ``mem_fixed + mem_per_param * M_k + inflight_k * sum(act[i..j))`` with
+  ``M_k = sum(mem_params[i..j))`` must be ``<= capacity`` (evaluated in float64 in exactly
+  this order). ``params`` and ``mem_params`` differ when parameter kinds are synchronised
+  and sharded differently (MoE experts versus dense weights).
 * objective ``F = scale * max_k T_k + G(max_k W_k)`` with
   ``G(w) = floor(g0 + g1 * w + 0.5)`` (picoseconds; the exposed data-parallel gradient
   sync and optimizer step of the stage with the most parameters).
@@ -62,6 +64,7 @@ class DPProblem:
 
     time_ps: np.ndarray  # int64 [C, L]
     params: np.ndarray  # int64 [C, L]
+    mem_params: np.ndarray  # int64 [C, L]
     act_bytes: np.ndarray  # int64 [C, L]
     send_ps: np.ndarray  # int64 [C, NT, L]
     cand_config: np.ndarray  # int64 [N]
@@ -78,9 +81,15 @@ class DPProblem:
 
     @staticmethod
     def build(**arrays) -> "DPProblem":
-        """Coerce arrays to the exact dtypes and layouts and check their shapes."""
+        """Coerce arrays to the exact dtypes and layouts and check their shapes.
+
+        ``mem_params`` defaults to ``params``.
+        """
+        arrays = dict(arrays)
+        arrays.setdefault("mem_params", arrays["params"])
         spec = {
-            "time_ps": (np.int64, 2), "params": (np.int64, 2), "act_bytes": (np.int64, 2),
+            "time_ps": (np.int64, 2), "params": (np.int64, 2), "mem_params": (np.int64, 2),
+            "act_bytes": (np.int64, 2),
             "send_ps": (np.int64, 3), "cand_config": (np.int64, 1), "cand_scale": (np.int64, 1),
             "cand_mem_fixed": (np.float64, 1), "cand_mem_per_param": (np.float64, 1),
             "cand_g0": (np.float64, 1), "cand_g1": (np.float64, 1),
@@ -108,8 +117,8 @@ class DPProblem:
     def check(self) -> None:
         """Raise ``ValueError`` on inconsistent shapes or values (mirrors the C++ checks)."""
         configs, nodes = self.time_ps.shape
-        if self.params.shape != (configs, nodes) or self.act_bytes.shape != (configs, nodes):
-            raise ValueError("params and act_bytes must have the shape of time_ps")
+        if any(a.shape != (configs, nodes) for a in (self.params, self.mem_params, self.act_bytes)):
+            raise ValueError("params, mem_params and act_bytes must have the shape of time_ps")
         if self.send_ps.ndim != 3 or self.send_ps.shape[0] != configs or self.send_ps.shape[2] != nodes:
             raise ValueError("send_ps must have shape [configs, tiers, nodes]")
         n = self.cand_config.shape[0]
@@ -124,7 +133,7 @@ class DPProblem:
             raise ValueError("pos_inflight and pos_tier must have pos_offset[-1] entries")
         if nodes == 0:
             raise ValueError("the layer chain is empty")
-        for name in ("time_ps", "params", "act_bytes", "send_ps"):
+        for name in ("time_ps", "params", "mem_params", "act_bytes", "send_ps"):
             if (getattr(self, name) < 0).any():
                 raise ValueError(f"{name} must be non-negative")
         for name in ("cand_mem_fixed", "cand_mem_per_param", "cand_g0", "cand_g1", "pos_inflight"):

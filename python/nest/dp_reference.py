@@ -29,6 +29,7 @@ class _Candidate:
         self.prefix_time = np.concatenate(([0], np.cumsum(problem.time_ps[c]))).tolist()
         self.prefix_params = np.concatenate(([0], np.cumsum(problem.params[c]))).tolist()
         self.prefix_act = np.concatenate(([0], np.cumsum(problem.act_bytes[c]))).tolist()
+        self.prefix_mem = np.concatenate(([0], np.cumsum(problem.mem_params[c]))).tolist()
         self.send = problem.send_ps[c].tolist()
         start = int(problem.pos_offset[n])
         self.inflight = problem.pos_inflight[start:start + self.p].tolist()
@@ -49,7 +50,7 @@ class _Candidate:
         return self.prefix_params[j] - self.prefix_params[i]
 
     def fits(self, k: int, i: int, j: int) -> bool:
-        w = float(self.prefix_params[j] - self.prefix_params[i])
+        w = float(self.prefix_mem[j] - self.prefix_mem[i])
         a = float(self.prefix_act[j] - self.prefix_act[i])
         return self.mem_fixed + self.mem_per_param * w + self.inflight[k] * a <= self.capacity
 
@@ -184,7 +185,8 @@ def stage_details(problem: DPProblem, n: int, ends: list[int]) -> list[dict]:
     for k, (i, j) in enumerate(zip(starts, ends)):
         w = cand.stage_params(i, j)
         a = cand.prefix_act[j] - cand.prefix_act[i]
-        memory = cand.mem_fixed + cand.mem_per_param * float(w) + cand.inflight[k] * float(a)
+        mem = cand.prefix_mem[j] - cand.prefix_mem[i]
+        memory = cand.mem_fixed + cand.mem_per_param * float(mem) + cand.inflight[k] * float(a)
         details.append({"start": i, "end": j, "time_ps": cand.stage_time(k, i, j), "params": w,
                         "memory_bytes": memory, "fits": cand.fits(k, i, j)})
     return details

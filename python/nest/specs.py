@@ -61,7 +61,23 @@ class ModelSpec:
     encoder_head: bool = False  # BERT: pooler + masked-LM transform instead of a causal LM head
     dropout: bool = True
     causal: bool = True
+    # Mixture of experts (num_experts = 0: dense). Blocks first_dense_layers.. are MoE
+    # when (index - first_dense_layers) % moe_layer_interval == 0.
+    num_experts: int = 0
+    experts_per_token: int = 0  # top-k
+    moe_ffn_hidden: int = 0  # per expert; 0: ffn_hidden
+    num_shared_experts: int = 0  # always-active experts of size moe_ffn_hidden
+    moe_layer_interval: int = 1
+    first_dense_layers: int = 0
+    capacity_factor: float = 1.0  # 0: dropless
+    # Multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank = 0: standard attention.
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
     published_parameters: int = 0  # 0: unknown
+    published_active_parameters: int = 0  # MoE: parameters used per token (0: unknown)
     default_global_batch: int = 0  # published training batch in sequences (0: unknown)
     source: str = ""
 
@@ -84,10 +100,35 @@ class ModelSpec:
         _choice("model.position_embedding", self.position_embedding, ("learned", "rope"))
         require(isinstance(self.type_vocab_size, int) and self.type_vocab_size >= 0,
                 "model.type_vocab_size", self.type_vocab_size, "must be an integer >= 0")
+        for name in ("num_experts", "experts_per_token", "moe_ffn_hidden", "num_shared_experts",
+                     "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
+                     "qk_nope_head_dim", "v_head_dim", "published_active_parameters"):
+            value = getattr(self, name)
+            require(isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+                    f"model.{name}", value, "must be an integer >= 0")
+        _positive_int("model.moe_layer_interval", self.moe_layer_interval)
+        _non_negative_real("model.capacity_factor", self.capacity_factor)
+        if self.num_experts:
+            require(1 <= self.experts_per_token <= self.num_experts, "model.experts_per_token",
+                    self.experts_per_token, f"must be between 1 and num_experts ({self.num_experts})")
+            if self.moe_ffn_hidden == 0:
+                object.__setattr__(self, "moe_ffn_hidden", self.ffn_hidden)
+        if self.kv_lora_rank:
+            for name in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+                _positive_int(f"model.{name}", getattr(self, name))
         require(isinstance(self.default_global_batch, int) and self.default_global_batch >= 0,
                 "model.default_global_batch", self.default_global_batch, "must be an integer >= 0")
         require(isinstance(self.published_parameters, int) and self.published_parameters >= 0,
                 "model.published_parameters", self.published_parameters, "must be an integer >= 0")
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    def is_moe_block(self, index: int) -> bool:
+        """Whether transformer block ``index`` (0-based) has routed experts."""
+        return (self.is_moe and index >= self.first_dense_layers
+                and (index - self.first_dense_layers) % self.moe_layer_interval == 0)
 
     @property
     def head_dim(self) -> int:
