@@ -22,8 +22,8 @@ def test_plan_json_and_evaluate_round_trip(capsys):
     args = ["evaluate", "--model", "gpt-1.7b", "--cluster", "dgx-h100", "--devices", "64", "--json",
             "--tp", str(p["tp"]), "--pp", str(p["pp"]), "--dp", str(p["dp"]), "--mbs", str(p["micro_batch"]),
             "--recompute", p["recompute"], "--sp" if p["sp"] else "--no-sp",
-            "--distributed-optimizer" if p["distributed_optimizer"] else "--no-distributed-optimizer",
-            "--layers-per-stage", layers]
+            "--zero", str(p["zero"]), "--cp", str(p["cp"]), "--ep", str(p["ep"]), "--vp", str(p["vp"]),
+            "--rank-order", p["rank_order"], "--layers-per-stage", layers]
     assert main(args) == 0
     evaluated = json.loads(capsys.readouterr().out)
     assert evaluated["step_time_s"] == plan["step_time_s"]

@@ -6,9 +6,9 @@ import pytest
 import nest
 from nest.dp_problem import DPProblem
 from nest.dp_reference import brute_force
-from nest.planner import _bounds
+from nest.planner import _problem
 from nest.presets.clusters import CLUSTERS
-from nest.space import enumerate_candidates
+from nest.space import SpaceLimits, enumerate_partials, expand
 from nest.specs import JobSpec, ModelSpec
 from nest.tables import PS, Scenario
 
@@ -22,14 +22,17 @@ def _tiny_cluster(memory_gib: float):
     return replace(cluster, device=replace(cluster.device, memory_bytes=memory_gib * 2**30))
 
 
+EVERYTHING = SpaceLimits(sp=(False, True), zero=(0, 1, 2, 3),
+                        rank_order=("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"))
+
+
 def _exhaustive_optimum(model, cluster, job) -> int:
-    """Every candidate, every split, no pruning: the true optimum in integer picoseconds."""
+    """Every candidate (dominated options included), every split, no pruning: the true
+    optimum in integer picoseconds."""
     scn = Scenario(model, cluster, job)
-    cands = enumerate_candidates(model, cluster, job, scn.num_nodes)
-    tables = scn.config_tables(cands.configs)
-    bounds = _bounds(scn, tables, cands)
-    from nest.planner import _problem
-    problem = _problem(scn, tables, cands, bounds, np.arange(len(cands)))
+    partials = enumerate_partials(model, cluster, job, scn.num_nodes, EVERYTHING)
+    cands = expand(partials, np.arange(len(partials)), EVERYTHING)
+    problem = _problem(scn, cands)
     best = None
     for n in range(len(cands)):
         found = brute_force(problem, n)
@@ -80,13 +83,13 @@ def test_gpt3_plan_deterministic_across_threads(threads):
 def _evaluate_like(plan, model, cluster, **extra):
     p = plan.parallelism
     return nest.evaluate(model, cluster, tp=p["tp"], pp=p["pp"], dp=p["dp"], micro_batch=p["micro_batch"],
-                         recompute=p["recompute"], sp=p["sp"],
-                         distributed_optimizer=p["distributed_optimizer"], **extra)
+                         recompute=p["recompute"], sp=p["sp"], zero=p["zero"], cp=p["cp"], ep=p["ep"],
+                         vp=p["vp"], rank_order=p["rank_order"], **extra)
 
 
 def test_evaluate_reproduces_plan_step_time():
     cluster = nest.load_cluster("dgx-a100", devices=1024)
-    plan = nest.plan("gpt3-175b", cluster)
+    plan = nest.plan("gpt3-175b", cluster, limits=nest.SpaceLimits(pp=(8,), vp=(1,)))
     layers = [len(s.layers) for s in plan.stages]
     fixed = _evaluate_like(plan, "gpt3-175b", cluster, layers_per_stage=layers)
     assert fixed.step_time_s == plan.step_time_s
@@ -129,7 +132,7 @@ def test_evaluate_rejects_inconsistent_configs():
     cluster = nest.load_cluster("dgx-a100", devices=64)
     with pytest.raises(nest.SpecError, match="global_batch = 512: must be divisible by dp \\* micro_batch = 24"):
         nest.evaluate("gpt-1.7b", cluster, tp=1, pp=1, dp=3, micro_batch=8)
-    with pytest.raises(nest.SpecError, match="tp \\* pp \\* dp = 128: exceeds the cluster's 64 devices"):
+    with pytest.raises(nest.SpecError, match="tp \\* cp \\* pp \\* dp = 128: exceeds the cluster's 64 devices"):
         nest.evaluate("gpt-1.7b", cluster, tp=8, pp=2, dp=8, micro_batch=1)
     with pytest.raises(nest.SpecError, match="layers_per_stage = 10,10: sums to 20, the layer graph has 26"):
         nest.evaluate("gpt-1.7b", cluster, tp=1, pp=2, dp=2, micro_batch=1, layers_per_stage=[10, 10])

@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     plan = sub.add_parser("plan", help="find the fastest plan that fits in memory")
     _add_scenario(plan)
+    plan.add_argument("--rank-order", action="append",
+                      help="rank order(s) to search, innermost first (default: tp-cp-ep-dp-pp and "
+                           "tp-cp-ep-pp-dp); repeat to give several")
     evaluate = sub.add_parser("evaluate", help="cost one fixed configuration")
     _add_scenario(evaluate)
     evaluate.add_argument("--tp", type=_positive_int, required=True)
@@ -74,6 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
                           help="Megatron sequence parallelism")
     evaluate.add_argument("--distributed-optimizer", action=argparse.BooleanOptionalAction,
                           default=False, help="shard optimizer state over DP (ZeRO-1)")
+    evaluate.add_argument("--zero", type=int, choices=(0, 1, 2, 3),
+                          help="ZeRO stage (default: 1 with --distributed-optimizer, else 0)")
+    evaluate.add_argument("--cp", type=_positive_int, default=1, help="context-parallel degree")
+    evaluate.add_argument("--ep", type=_positive_int, default=1, help="expert-parallel degree")
+    evaluate.add_argument("--vp", type=_positive_int, default=1,
+                          help="virtual pipeline stages per device (interleaved 1F1B)")
+    evaluate.add_argument("--rank-order", default=DEFAULT_ORDER,
+                          help="parallel dimensions innermost first (default tp-cp-ep-dp-pp)")
     evaluate.add_argument("--layers-per-stage", type=_int_list,
                           help="layer-graph nodes per stage, first stage first (e.g. 13,12,...,13)")
     models = sub.add_parser("models", help="list model presets")
@@ -150,13 +161,17 @@ def _run(args) -> int:
     from .planner import evaluate, plan
 
     model, cluster, job = _scenario(args)
-    common = {"engine": args.engine, "threads": args.threads, "rank_order": DEFAULT_ORDER}
+    common = {"engine": args.engine, "threads": args.threads}
     if args.command == "plan":
-        result = plan(model, cluster, job, **common)
+        from .space import SpaceLimits
+
+        orders = tuple(args.rank_order) if args.rank_order else None
+        result = plan(model, cluster, job, limits=SpaceLimits(rank_order=orders), **common)
     else:
         result = evaluate(model, cluster, job, tp=args.tp, pp=args.pp, dp=args.dp, micro_batch=args.mbs,
                           recompute=args.recompute, sp=args.sp,
-                          distributed_optimizer=args.distributed_optimizer,
+                          distributed_optimizer=args.distributed_optimizer, zero=args.zero, cp=args.cp,
+                          ep=args.ep, vp=args.vp, rank_order=args.rank_order,
                           layers_per_stage=args.layers_per_stage, **common)
     _print_plan(result, args.json)
     return EXIT_OK

@@ -73,12 +73,44 @@ class Layout:
         return np.flatnonzero(self.coordinates()["pp"] == stage)
 
     def boundary_tiers(self, cluster: ClusterSpec) -> np.ndarray:
-        """Tier crossed between stage k and k+1 (worst over the stage's ranks), k < pp-1."""
+        """Tier crossed from stage k to stage k+1 (worst over the stage's ranks), for
+        k < pp; entry pp-1 is the wrap-around from the last stage to the first, which
+        interleaved schedules use."""
         pp = self.degrees.get("pp", 1)
         stride = self.strides()["pp"]
         stage = self.coordinates()["pp"]
-        tiers = np.zeros(max(pp - 1, 0), dtype=np.int64)
-        for k in range(pp - 1):
-            ranks = np.flatnonzero(stage == k)
-            tiers[k] = int(tier_of_pair(cluster, ranks, ranks + stride).max())
-        return tiers
+        ranks = np.arange(self.size, dtype=np.int64)
+        partner = np.where(stage < pp - 1, ranks + stride, ranks - (pp - 1) * stride)
+        tiers = tier_of_pair(cluster, ranks, partner)
+        worst = np.zeros(pp, dtype=np.int64)
+        np.maximum.at(worst, stage, tiers)
+        return worst
+
+
+def joint_groups(layout: Layout, dims: tuple[str, ...]) -> np.ndarray:
+    """Groups of ranks that differ only in ``dims``: ``[groups, size]``, rows ascending."""
+    strides = layout.strides()
+    offsets = np.zeros(1, dtype=np.int64)
+    for dim in dims:
+        step = strides[dim] * np.arange(layout.degrees.get(dim, 1), dtype=np.int64)
+        offsets = (offsets[:, None] + step[None, :]).ravel()
+    offsets.sort()
+    coords = layout.coordinates()
+    leader = np.ones(layout.size, dtype=bool)
+    for dim in dims:
+        leader &= coords[dim] == 0
+    return np.flatnonzero(leader)[:, None] + offsets[None, :]
+
+
+def expert_groups(layout: Layout, ep: int) -> tuple[np.ndarray, np.ndarray]:
+    """(EP groups, expert-DP groups) under MoE parallel folding with expert TP = 1.
+
+    The tensor x context x data ranks of one pipeline stage, in rank order, are regrouped
+    into consecutive runs of ``ep`` (expert-parallel groups); ranks at the same position
+    of every run form an expert-data-parallel group.
+    """
+    stage_ranks = joint_groups(layout, ("tp", "cp", "dp"))  # one row per stage
+    runs = stage_ranks.reshape(stage_ranks.shape[0], -1, ep)
+    ep_groups = runs.reshape(-1, ep)
+    edp_groups = runs.transpose(0, 2, 1).reshape(-1, runs.shape[1])
+    return ep_groups, edp_groups

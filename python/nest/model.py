@@ -1,27 +1,40 @@
 """The layer graph of a model and the parameters each node holds per device.
 
 The graph is a networkx ``DiGraph`` chain: ``embedding -> block.0 -> ... -> head``.
-Parameters follow Megatron-LM's tensor-parallel layout: QKV and fc1 are
-column-parallel, the attention projection and fc2 row-parallel, embeddings and the
-LM head vocabulary-parallel; norms and row-parallel biases are replicated.
+Blocks with routed experts have kind ``moe``, the others ``block``.
+
+Parameters follow Megatron-LM's layouts: QKV and fc1 are column-parallel, the
+attention projection and fc2 row-parallel, embeddings and the LM head
+vocabulary-parallel; norms and row-parallel biases are replicated. Routed experts are
+split over expert-parallel ranks without tensor parallelism inside an expert (expert
+TP = 1, Megatron-Core's MoE parallel folding); shared experts are tensor-parallel like a
+dense MLP; the router is replicated.
+
+Multi-head latent attention (DeepSeek-V3) is counted exactly (low-rank Q and KV
+projections with their norms, decoupled RoPE keys); for time and memory it is priced as
+an attention block with the same projection FLOPs and ``qk_nope + qk_rope`` query/key
+and ``v_head_dim`` value widths.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import networkx as nx
 
 from .specs import ModelSpec
 
-EMBEDDING, BLOCK, HEAD = "embedding", "block", "head"
+EMBEDDING, BLOCK, MOE, HEAD = "embedding", "block", "moe", "head"
+KINDS = (EMBEDDING, BLOCK, MOE, HEAD)
 
 
 def layer_graph(model: ModelSpec) -> nx.DiGraph:
-    """The model's layer graph; node attribute ``kind`` is embedding, block or head."""
+    """The model's layer graph; node attribute ``kind`` is embedding, block, moe or head."""
     graph = nx.DiGraph(name=model.name)
     names = ["embedding"] + [f"block.{i}" for i in range(model.num_layers)] + ["head"]
-    kinds = [EMBEDDING] + [BLOCK] * model.num_layers + [HEAD]
+    kinds = ([EMBEDDING] + [MOE if model.is_moe_block(i) else BLOCK for i in range(model.num_layers)]
+             + [HEAD])
     for name, kind in zip(names, kinds):
         graph.add_node(name, kind=kind)
     nx.add_path(graph, names)
@@ -43,23 +56,73 @@ def _norm_params(model: ModelSpec) -> int:
     return 2 * model.hidden if model.norm == "layernorm" else model.hidden
 
 
-def block_params(model: ModelSpec, tp: int = 1) -> float:
-    """Parameters of one transformer block on one of ``tp`` tensor-parallel ranks."""
-    h, f = model.hidden, model.ffn_hidden
-    qkv_out = h + 2 * model.kv_hidden
-    split = h * qkv_out + h * h  # QKV (column) + projection (row)
-    replicated = 2 * _norm_params(model)
+@dataclass(frozen=True)
+class AttentionShape:
+    """Widths that price an attention block (per model, before tensor parallelism)."""
+
+    q_width: int  # query (and key, for MHA/GQA) projection width, all heads
+    k_width: int
+    v_width: int
+    projection_params: int  # all weight matrices of the block's attention
+    score_dim: int  # per-head dimension of the QK^T product
+
+
+def attention_shape(model: ModelSpec) -> AttentionShape:
+    """Attention projection widths and weights (MHA, GQA or MLA)."""
+    h, heads = model.hidden, model.num_heads
+    if model.kv_lora_rank:
+        qk = model.qk_nope_head_dim + model.qk_rope_head_dim
+        if model.q_lora_rank:
+            q = h * model.q_lora_rank + model.q_lora_rank * heads * qk
+        else:
+            q = h * heads * qk
+        kv = h * (model.kv_lora_rank + model.qk_rope_head_dim)
+        kv += model.kv_lora_rank * heads * (model.qk_nope_head_dim + model.v_head_dim)
+        out = heads * model.v_head_dim * h
+        return AttentionShape(heads * qk, heads * qk, heads * model.v_head_dim, q + kv + out, qk)
+    d = model.head_dim
+    q, kv = heads * d, model.num_kv_heads * d
+    return AttentionShape(q, kv, kv, h * (q + 2 * kv) + q * h, d)
+
+
+def _attention_params(model: ModelSpec, tp: int) -> float:
+    shape = attention_shape(model)
+    split = shape.projection_params
+    replicated = _norm_params(model)
+    if model.kv_lora_rank:
+        replicated += model.kv_lora_rank + model.q_lora_rank  # latent norms
     if model.bias:
-        split += qkv_out
-        replicated += h  # projection bias
-    if model.mlp == "swiglu":
-        split += 3 * h * f
-    else:
-        split += 2 * h * f
-        if model.bias:
-            split += f
-            replicated += h  # fc2 bias
+        split += shape.q_width + shape.k_width + shape.v_width
+        replicated += model.hidden  # projection bias
     return split / tp + replicated
+
+
+def _mlp_params(model: ModelSpec, ffn: int) -> tuple[float, float]:
+    """(split, replicated) parameters of one dense MLP of width ``ffn``."""
+    h = model.hidden
+    if model.mlp == "swiglu":
+        return 3 * h * ffn, 0.0
+    split = 2 * h * ffn + (ffn if model.bias else 0)
+    return split, (h if model.bias else 0)
+
+
+def block_params(model: ModelSpec, tp: int = 1) -> float:
+    """Parameters of one dense transformer block on one of ``tp`` tensor-parallel ranks."""
+    split, replicated = _mlp_params(model, model.ffn_hidden)
+    return _attention_params(model, tp) + split / tp + replicated + _norm_params(model)
+
+
+def moe_block_params(model: ModelSpec, tp: int = 1, ep: int = 1) -> tuple[float, float]:
+    """(dense, expert) parameters of one MoE block on one rank.
+
+    Dense: attention, norms, router and shared experts (tensor-parallel). Expert: the
+    routed experts, ``num_experts / ep`` of them whole on each rank.
+    """
+    expert_split, expert_replicated = _mlp_params(model, model.moe_ffn_hidden)
+    expert = model.num_experts * (expert_split + expert_replicated) / ep
+    dense = _attention_params(model, tp) + _norm_params(model) + model.hidden * model.num_experts
+    dense += model.num_shared_experts * (expert_split / tp + expert_replicated)
+    return dense, expert
 
 
 def embedding_params(model: ModelSpec, tp: int = 1) -> float:
@@ -94,17 +157,39 @@ def head_params(model: ModelSpec, tp: int = 1, holds_embedding_copy: bool = Fals
     return params
 
 
+def _blocks_total(model: ModelSpec, experts_used: float) -> float:
+    total = 0.0
+    for i in range(model.num_layers):
+        if model.is_moe_block(i):
+            dense, expert = moe_block_params(model)
+            total += dense + expert * experts_used / model.num_experts
+        else:
+            total += block_params(model)
+    return total
+
+
 def parameter_count(model: ModelSpec) -> int:
     """Total unique parameters of the model."""
-    return round(embedding_params(model) + model.num_layers * block_params(model) + head_params(model))
+    experts = model.num_experts or 1
+    return round(embedding_params(model) + _blocks_total(model, experts) + head_params(model))
 
 
-def node_params(model: ModelSpec, kind: str, tp: int, tied_copy: bool) -> int:
-    """Parameters per device of a node of ``kind`` (rounded up to whole parameters)."""
+def active_parameter_count(model: ModelSpec) -> int:
+    """Parameters used per token (routed experts counted ``experts_per_token`` times)."""
+    if not model.is_moe:
+        return parameter_count(model)
+    return round(embedding_params(model) + _blocks_total(model, model.experts_per_token)
+                 + head_params(model))
+
+
+def node_params(model: ModelSpec, kind: str, tp: int, tied_copy: bool, ep: int = 1) -> tuple[int, int]:
+    """(dense, expert) parameters per device of a node of ``kind``, rounded up."""
     if kind == EMBEDDING:
-        value = embedding_params(model, tp)
+        dense, expert = embedding_params(model, tp), 0.0
     elif kind == BLOCK:
-        value = block_params(model, tp)
+        dense, expert = block_params(model, tp), 0.0
+    elif kind == MOE:
+        dense, expert = moe_block_params(model, tp, ep)
     else:
-        value = head_params(model, tp, tied_copy)
-    return math.ceil(value)
+        dense, expert = head_params(model, tp, tied_copy), 0.0
+    return math.ceil(dense), math.ceil(expert)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -43,6 +44,10 @@ class GroupShape:
 
     def reduce_scatter_terms(self) -> tuple[float, float]:
         """``(alpha, beta)``: a reduce-scatter of n bytes takes ``alpha + beta * n`` seconds."""
+        return self._rs_terms
+
+    @cached_property
+    def _rs_terms(self) -> tuple[float, float]:
         alpha = beta = 0.0
         share = 1.0
         for factor, bandwidth, latency in zip(self.factors, self.bandwidth, self.latency):
@@ -50,6 +55,23 @@ class GroupShape:
                 alpha += (factor - 1) * latency
                 beta += (factor - 1) / factor * share / bandwidth
                 share /= factor
+        return alpha, beta
+
+    def all_to_all_terms(self) -> tuple[float, float]:
+        """``(alpha, beta)`` of an all-to-all in which each rank sends n bytes in total.
+
+        A rank sends ``1/size`` of its bytes to every member; the share crossing tier ``t``
+        goes over that tier's link, and links of different tiers work in parallel, so the
+        slowest tier sets the time.
+        """
+        size = self.size
+        alpha = beta = 0.0
+        inner = 1
+        for factor, bandwidth, latency in zip(self.factors, self.bandwidth, self.latency):
+            if factor > 1:
+                beta = max(beta, (factor - 1) * inner / size / bandwidth)
+                alpha = max(alpha, latency)
+            inner *= factor
         return alpha, beta
 
     def reduce_scatter(self, nbytes: float) -> float:
@@ -84,36 +106,56 @@ def group_shape(cluster: ClusterSpec, groups: np.ndarray) -> GroupShape:
     groups = np.atleast_2d(np.asarray(groups, dtype=np.int64))
     bandwidth = tuple(t.effective_bandwidth for t in cluster.tiers)
     latency = tuple(t.latency for t in cluster.tiers)
-    shapes = [GroupShape(tuple(int(f) for f in row), bandwidth, latency)
-              for row in np.unique(_factor_rows(cluster, groups), axis=0)]
+    factors = _factor_rows(cluster, groups)
+    radix = groups.shape[1] + 1
+    codes = factors @ (radix ** np.arange(factors.shape[1], dtype=np.int64))
+    _, first = np.unique(codes, return_index=True)
+    shapes = [GroupShape(tuple(int(f) for f in factors[i]), bandwidth, latency) for i in first]
     return max(shapes, key=lambda shape: shape.reduce_scatter_terms()[::-1])
 
 
 def _factor_rows(cluster: ClusterSpec, groups: np.ndarray) -> np.ndarray:
-    """Per group, per tier: tier-(t-1) groups per tier-t group; flat ring if non-uniform."""
+    """Per group, per tier: tier-(t-1) groups per tier-t group; flat ring if non-uniform.
+
+    Rows are ascending, so equal block ids are contiguous: block starts are where the id
+    changes, and per-block counts come from ``reduceat`` over the flattened rows.
+    """
     rows, width = groups.shape
     sizes = (1,) + cluster.group_sizes()
     factors = np.ones((rows, len(cluster.tiers)), dtype=np.int64)
     uniform = np.ones(rows, dtype=bool)
-    row_index = np.repeat(np.arange(rows), width).reshape(rows, width)
+    row_start = np.zeros((rows, width), dtype=bool)
+    row_start[:, 0] = True
     for t in range(len(cluster.tiers)):
         inner, outer = groups // sizes[t], groups // sizes[t + 1]
-        starts = np.ones_like(inner, dtype=bool)
-        starts[:, 1:] = inner[:, 1:] != inner[:, :-1]
-        segment = np.zeros_like(outer)
-        segment[:, 1:] = np.cumsum(outer[:, 1:] != outer[:, :-1], axis=1)
-        counts = np.zeros((rows, width), dtype=np.int64)
-        np.add.at(counts, (row_index, segment), starts)
-        present = counts > 0
-        first = counts[:, 0]
-        uniform &= ((counts == first[:, None]) | ~present).all(axis=1)
-        factors[:, t] = first
+        inner_start = row_start.copy()
+        inner_start[:, 1:] |= inner[:, 1:] != inner[:, :-1]
+        outer_start = row_start.copy()
+        outer_start[:, 1:] |= outer[:, 1:] != outer[:, :-1]
+        seg = np.flatnonzero(outer_start.ravel())
+        counts = np.add.reduceat(inner_start.ravel().astype(np.int64), seg)
+        seg_row = seg // width
+        row_first = np.flatnonzero(np.r_[True, seg_row[1:] != seg_row[:-1]])
+        low = np.minimum.reduceat(counts, row_first)
+        high = np.maximum.reduceat(counts, row_first)
+        uniform &= low == high
+        factors[:, t] = low
     if not uniform.all():
         top = tier_of_pair(cluster, groups[:, :1], groups).max(axis=1)
         flat = np.ones_like(factors)
         flat[np.arange(rows), top] = width
         factors[~uniform] = flat[~uniform]
     return factors
+
+
+def ring_link(cluster: ClusterSpec, groups: np.ndarray) -> tuple[float, float]:
+    """``(latency, seconds per byte)`` of the slowest neighbour link of rings over ``groups``."""
+    groups = np.atleast_2d(np.asarray(groups, dtype=np.int64))
+    if groups.shape[1] < 2:
+        return 0.0, 0.0
+    tier = int(tier_of_pair(cluster, groups, np.roll(groups, -1, axis=1)).max())
+    t = cluster.tiers[tier]
+    return t.latency, 1.0 / t.effective_bandwidth
 
 
 def point_to_point(cluster: ClusterSpec, tier: int, nbytes: float) -> float:

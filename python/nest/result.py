@@ -8,9 +8,8 @@ import numpy as np
 
 from .dp_problem import DPProblem, sync_time
 from .dp_reference import stage_details
-from .model import chain_names, parameter_count
-from .space import Candidates
-from .tables import PS, Scenario
+from .model import active_parameter_count, chain_names, parameter_count
+from .tables import OPTIMIZER_KERNELS, PS, Candidate, Scenario
 
 
 @dataclass(frozen=True)
@@ -44,6 +43,7 @@ class Plan:
     breakdown_s: dict
     solve_time_s: float
     candidates_evaluated: int
+    candidates_total: int
     model: dict
     job: dict
     cluster: dict
@@ -63,6 +63,7 @@ class Plan:
             "breakdown_s": dict(self.breakdown_s),
             "solve_time_s": self.solve_time_s,
             "candidates_evaluated": self.candidates_evaluated,
+            "candidates_total": self.candidates_total,
             "engine": self.engine,
             "model": dict(self.model),
             "job": dict(self.job),
@@ -70,14 +71,11 @@ class Plan:
         }
 
 
-def build_plan(scn: Scenario, cands: Candidates, n: int, problem: DPProblem, local: int,
-               ends: list[int], *, solve_time: float, evaluated: int, engine: str) -> Plan:
-    """Assemble the plan of candidate ``n`` (``local`` in ``problem``) split at ``ends``."""
-    cfg = cands.configs[cands.config[n]]
-    pp, dp = int(cands.pp[n]), int(cands.dp[n])
-    distopt = bool(cands.distributed_optimizer[n])
-    tables = scn.config_tables([cfg])
-    micro_batches = scn.job.global_batch // (dp * cfg.micro_batch)
+def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, ends: list[int], *,
+               solve_time: float, evaluated: int, engine: str, candidates_total: int) -> Plan:
+    """Assemble the plan of ``cand`` (row ``local`` of ``problem``) split at ``ends``."""
+    cfg, pp, dp, v = cand.cfg, cand.pp, cand.dp, cand.vp
+    micro_batches = scn.micro_batches(cand)
     details = stage_details(problem, local, ends)
     t_max = max(d["time_ps"] for d in details)
     w_max = max(d["params"] for d in details)
@@ -85,52 +83,63 @@ def build_plan(scn: Scenario, cands: Candidates, n: int, problem: DPProblem, loc
     step_ps = int(problem.cand_scale[local]) * t_max + sync_ps
     step = step_ps / PS
 
+    costs, times, sync = scn.kind_costs(cfg), scn.kind_times(cand), scn.sync_terms(cand)
+    kinds = scn.kinds
     slowest = next(d for d in details if d["time_ps"] == t_max)
-    nodes = slice(slowest["start"], slowest["end"])
-    node_ps = int(tables.time_ps[0, nodes].sum())
-    tp_comm = float(tables.tp_comm_s[0, nodes].sum())
-    dp_alpha, dp_beta = scn.sync_terms(cands.take(np.array([n])))
-    dp_comm = float(dp_alpha[0] + dp_beta[0] * w_max)
+    nodes = range(slowest["start"], slowest["end"])
+    steady = micro_batches * v
+    causes = {c: steady * sum(getattr(times[kinds[i]], c) for i in nodes)
+              for c in ("compute", "tp_comm", "cp_comm", "ep_comm", "dp_comm")}
+    node_ps = int(problem.time_ps[local, slowest["start"]:slowest["end"]].sum())
+    heaviest = next(d for d in details if d["params"] == w_max)
+    heavy = range(heaviest["start"], heaviest["end"])
+    dense = sum(costs[kinds[i]].params_dense for i in heavy)
+    expert = sum(costs[kinds[i]].params_expert for i in heavy)
+    alpha = sync.fixed_s - OPTIMIZER_KERNELS * scn.kernels.overhead
+    end_sync = alpha + v * (sync.dense_s * dense + sync.expert_s * expert)
     breakdown = {
-        "compute": micro_batches * (node_ps / PS - tp_comm),
-        "tp_comm": micro_batches * tp_comm,
-        "cp_comm": 0.0,
-        "ep_comm": 0.0,
-        "pp_comm": micro_batches * (t_max - node_ps) / PS,
-        "dp_comm": dp_comm,
-        "optimizer": sync_ps / PS - dp_comm,
+        "compute": causes["compute"],
+        "tp_comm": causes["tp_comm"],
+        "cp_comm": causes["cp_comm"],
+        "ep_comm": causes["ep_comm"],
+        "pp_comm": steady * (t_max - node_ps) / PS,
+        "dp_comm": causes["dp_comm"] + end_sync,
+        "optimizer": sync_ps / PS - end_sync,
         "bubble": (pp - 1) * t_max / PS,
     }
+    # kernels and collectives were rounded to picoseconds per node: give the residue to compute
+    breakdown["compute"] += step - sum(breakdown.values())
 
-    layout = scn.layout(cfg.tp, dp, pp)
-    stage_of = layout.coordinates()["pp"]
+    stage_of = scn.layout(cand).coordinates()["pp"]
     names = chain_names(scn.model)
     stages = tuple(
         Stage(index=k, layers=tuple(names[d["start"]:d["end"]]),
-              devices=tuple(int(x) for x in np.flatnonzero(stage_of == k)),
+              devices=tuple(int(x) for x in np.flatnonzero(stage_of == k % pp)),
               time_s=d["time_ps"] / PS, memory_bytes=float(d["memory_bytes"]), params=int(d["params"]))
         for k, d in enumerate(details))
 
-    used = cfg.tp * pp * dp
-    model_flops = float(tables.model_flops[0].sum()) * cfg.tp * micro_batches * dp
+    used = cand.devices
+    flops = sum(costs[kind].model_flops for kind in kinds) * cfg.tp * cfg.cp * dp * micro_batches
     parameters = parameter_count(scn.model)
     return Plan(
-        parallelism={"tp": cfg.tp, "pp": pp, "dp": dp, "cp": 1, "ep": 1, "sp": cfg.sp, "vp": 1,
-                     "zero": 1 if distopt else 0, "distributed_optimizer": distopt,
+        parallelism={"tp": cfg.tp, "pp": pp, "dp": dp, "cp": cfg.cp, "ep": cfg.ep, "sp": cfg.sp,
+                     "vp": v, "zero": cand.zero, "distributed_optimizer": cand.zero >= 1,
                      "recompute": cfg.recompute, "micro_batch": cfg.micro_batch,
-                     "num_microbatches": micro_batches, "rank_order": scn.rank_order},
+                     "num_microbatches": micro_batches, "rank_order": cand.order,
+                     "expert_tp": 1, "expert_dp": cfg.tp * cfg.cp * dp // cfg.ep},
         stages=stages,
         step_time_s=step,
         throughput_tokens_per_s=scn.job.tokens / step,
-        mfu=model_flops / (step * used * scn.peak_flops),
+        mfu=flops / (step * used * scn.peak_flops),
         devices_used=used,
         memory_max_bytes=max(s.memory_bytes for s in stages),
         memory_capacity_bytes=float(scn.cluster.device.memory_bytes),
         breakdown_s=breakdown,
         solve_time_s=solve_time,
         candidates_evaluated=evaluated,
-        model={"name": scn.model.name, "parameters": parameters, "active_parameters": parameters,
-               "layers": scn.model.num_layers},
+        candidates_total=candidates_total,
+        model={"name": scn.model.name, "parameters": parameters,
+               "active_parameters": active_parameter_count(scn.model), "layers": scn.model.num_layers},
         job={"global_batch": scn.job.global_batch, "seq_len": scn.job.seq_len, "dtype": scn.job.dtype},
         cluster={"name": scn.cluster.name, "devices": scn.cluster.num_devices,
                  "device": scn.cluster.device.name,

@@ -51,6 +51,7 @@ class ModelSpec:
     vocab_size: int
     seq_len: int
     num_kv_heads: int = 0  # 0: same as num_heads
+    attention_head_dim: int = 0  # 0: hidden / num_heads (Qwen3 uses 128 regardless)
     mlp: str = "gelu"
     norm: str = "layernorm"
     bias: bool = True
@@ -91,8 +92,10 @@ class ModelSpec:
             object.__setattr__(self, "max_position", self.seq_len)
         _positive_int("model.num_kv_heads", self.num_kv_heads)
         _positive_int("model.max_position", self.max_position)
-        require(self.hidden % self.num_heads == 0, "model.hidden", self.hidden,
-                f"must be divisible by num_heads ({self.num_heads})")
+        require(isinstance(self.attention_head_dim, int) and self.attention_head_dim >= 0,
+                "model.attention_head_dim", self.attention_head_dim, "must be an integer >= 0")
+        require(self.attention_head_dim or self.hidden % self.num_heads == 0, "model.hidden",
+                self.hidden, f"must be divisible by num_heads ({self.num_heads})")
         require(self.num_heads % self.num_kv_heads == 0, "model.num_kv_heads", self.num_kv_heads,
                 f"must divide num_heads ({self.num_heads})")
         _choice("model.mlp", self.mlp, ("gelu", "swiglu"))
@@ -132,7 +135,7 @@ class ModelSpec:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.num_heads
+        return self.attention_head_dim or self.hidden // self.num_heads
 
     @property
     def kv_hidden(self) -> int:

@@ -1,20 +1,21 @@
-"""Cost tables: per layer configuration (dense ``[config, node]`` arrays) and per
-candidate (scalars and per-position arrays), in the integer units of the DP.
+"""Cost tables in the integer units of the stage DP.
+
+A :class:`Candidate` is one fully specified configuration. :class:`Scenario` prices it:
+node kinds are costed once per layer configuration (compute, memory, communication
+volumes); the candidate's rank order then places every communicator group on the
+network, which turns volumes into seconds, and the per-node rows of the DP follow.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
-
 import numpy as np
 
 from .compute import KernelModel
-from .costs import LayerConfig, NodeCostModel
-from .layout import DEFAULT_ORDER, Layout
-from .model import chain_kinds
-from .network import GroupShape, group_shape
-from .space import Candidates
+from .costs import KindCost, LayerConfig, NodeCostModel
+from .layout import DEFAULT_ORDER, Layout, expert_groups, joint_groups
+from .model import KINDS, chain_kinds
+from .network import GroupShape, group_shape, ring_link
 from .specs import ClusterSpec, JobSpec, ModelSpec
 
 PS = 1e12
@@ -23,6 +24,8 @@ PS = 1e12
 OPTIMIZER_KERNELS = 4
 """Launches of a fused multi-tensor optimizer step (its fixed cost)."""
 
+ZERO_STAGES = (0, 1, 2, 3)
+
 
 def to_ps(seconds) -> np.ndarray:
     """Seconds to integer picoseconds (round half up)."""
@@ -30,35 +33,80 @@ def to_ps(seconds) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class ConfigTables:
-    """Node costs of every layer configuration: arrays indexed ``[config, node]``."""
+class Candidate:
+    """One configuration: layer config, pipeline/data degrees, interleaving, ZeRO, order."""
 
-    time_ps: np.ndarray
-    params: np.ndarray
-    act_bytes: np.ndarray
-    send_ps: np.ndarray  # [config, tier, node]
-    compute_s: np.ndarray  # float, for the time breakdown
-    tp_comm_s: np.ndarray
-    model_flops: np.ndarray
-    transient_bytes: np.ndarray  # [config]: largest transient of any node
+    cfg: LayerConfig
+    pp: int
+    dp: int
+    vp: int = 1
+    zero: int = 0
+    order: str = DEFAULT_ORDER
 
     @property
-    def total_time_ps(self) -> np.ndarray:
-        return self.time_ps.sum(axis=1)
+    def devices(self) -> int:
+        return self.cfg.tp * self.cfg.cp * self.dp * self.pp
+
+    @property
+    def virtual_stages(self) -> int:
+        return self.pp * self.vp
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Prices of every communicator group of one layout (worst group of each kind)."""
+
+    tp: GroupShape
+    cp_ring: tuple[float, float]  # (latency, seconds per byte) of the slowest ring link
+    dense_dp: GroupShape  # data x context ranks holding the same dense weights
+    ep: GroupShape
+    expert_dp: GroupShape
+    boundary_tiers: np.ndarray  # [pp]; entry k: stage k -> k+1 (last: wrap to stage 0)
+
+
+@dataclass(frozen=True)
+class KindTimes:
+    """Seconds per micro-batch of one node kind under one candidate, by cause."""
+
+    compute: float
+    tp_comm: float
+    cp_comm: float
+    ep_comm: float
+    dp_comm: float  # ZeRO-2/3 traffic during the micro-batch, exposed part
+
+    @property
+    def total(self) -> float:
+        return self.compute + self.tp_comm + self.cp_comm + self.ep_comm + self.dp_comm
+
+
+@dataclass(frozen=True)
+class SyncTerms:
+    """End-of-step cost per parameter (dense / expert) and fixed, plus memory per parameter."""
+
+    fixed_s: float
+    dense_s: float
+    expert_s: float
+    dense_optimizer_s: float
+    expert_optimizer_s: float
+    dense_bytes: float
+    expert_bytes: float
 
 
 class Scenario:
-    """A model, a cluster and a job: builds every table the search needs, with caches."""
+    """A model, a cluster and a job: prices candidates, with caches."""
 
-    def __init__(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec,
-                 rank_order: str = DEFAULT_ORDER):
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec):
         self.model, self.cluster, self.job = model, cluster, job
-        self.rank_order = rank_order
         self.kinds = chain_kinds(model)
+        self.kind_index = np.array([KINDS.index(k) for k in self.kinds], dtype=np.int64)
         self.peak_flops = cluster.device.peak_flops(job.dtype)
         self.kernels = KernelModel(cluster.device, job.dtype_bytes, self.peak_flops)
         self.weight_bytes = 4 if job.dtype == "fp32" else 2
-        self._layouts: dict[tuple[int, int, int], tuple[GroupShape | None, np.ndarray]] = {}
+        self.costs = NodeCostModel(model, job, self.kernels)
+        self._kind_costs: dict[LayerConfig, dict[str, KindCost]] = {}
+        self._placements: dict[tuple, Placement] = {}
+        self._kind_times: dict[tuple, dict[str, KindTimes]] = {}
+        self._sync: dict[tuple, SyncTerms] = {}
 
     @property
     def num_nodes(self) -> int:
@@ -66,92 +114,222 @@ class Scenario:
 
     # -- layer configurations ----------------------------------------------------------
 
-    @lru_cache(maxsize=None)
-    def tp_shape(self, tp: int) -> GroupShape:
-        """Tensor-parallel groups are the innermost ``tp`` adjacent devices."""
-        return group_shape(self.cluster, np.arange(tp, dtype=np.int64)[None, :])
+    def kind_costs(self, cfg: LayerConfig) -> dict[str, KindCost]:
+        """Costs of every node kind present in the model, under ``cfg`` (cached)."""
+        if cfg not in self._kind_costs:
+            self._kind_costs[cfg] = {kind: self.costs.cost(kind, cfg) for kind in set(self.kinds)}
+        return self._kind_costs[cfg]
 
-    def config_tables(self, configs: list[LayerConfig]) -> ConfigTables:
-        """Dense node-cost tables for ``configs`` (blocks share one cost evaluation)."""
-        n_cfg, n_nodes, n_tiers = len(configs), self.num_nodes, len(self.cluster.tiers)
-        compute = np.zeros((n_cfg, n_nodes))
-        tp_comm = np.zeros((n_cfg, n_nodes))
-        flops = np.zeros((n_cfg, n_nodes))
-        params = np.zeros((n_cfg, n_nodes), dtype=np.int64)
-        act = np.zeros((n_cfg, n_nodes), dtype=np.int64)
-        out = np.zeros((n_cfg, n_nodes))
-        transient = np.zeros(n_cfg, dtype=np.int64)
-        kinds = np.array(self.kinds)
+    def compute_rows(self, configs: list[LayerConfig], with_comm: bool = True) -> dict[str, np.ndarray]:
+        """Per config, per node: picoseconds, params, activations, for lower bounds.
+
+        Times include tensor- and context-parallel communication when ``with_comm``: their
+        groups are the innermost ``tp`` and ``tp x cp`` devices under every rank order that
+        starts with ``tp-cp`` (so they do not depend on the other degrees); otherwise
+        compute only.
+        """
+        rows = {"time_ps": np.zeros((len(configs), self.num_nodes), dtype=np.int64),
+                "params": np.zeros((len(configs), self.num_nodes), dtype=np.int64),
+                "expert_params": np.zeros((len(configs), self.num_nodes), dtype=np.int64),
+                "act_bytes": np.zeros((len(configs), self.num_nodes), dtype=np.int64),
+                "transient": np.zeros(len(configs), dtype=np.int64)}
         for c, cfg in enumerate(configs):
-            costs = NodeCostModel(self.model, self.job, self.kernels, self.tp_shape(cfg.tp))
-            for kind in ("embedding", "block", "head"):
-                cost = costs.cost(kind, cfg)
-                mask = kinds == kind
-                compute[c, mask] = cost.compute_s
-                tp_comm[c, mask] = cost.tp_comm_s
-                flops[c, mask] = cost.model_flops
-                params[c, mask] = cost.params
-                act[c, mask] = cost.act_bytes
-                out[c, mask] = cost.out_bytes
-                transient[c] = max(transient[c], cost.transient_bytes)
-        out[:, -1] = 0.0  # the last node sends nothing
-        latency = np.array([t.latency for t in self.cluster.tiers])
-        bandwidth = np.array([t.effective_bandwidth for t in self.cluster.tiers])
-        send = to_ps(latency[None, :, None] + out[:, None, :] / bandwidth[None, :, None])
-        send[:, :, -1] = 0
-        return ConfigTables(to_ps(compute + tp_comm), params, act, np.ascontiguousarray(send),
-                            compute, tp_comm, flops, transient)
+            costs = self.kind_costs(cfg)
+            per_kind = [costs.get(kind) for kind in KINDS]
+            take = self.kind_index
+            if with_comm:
+                inner = Candidate(cfg, 1, cfg.ep)  # any dp: TP and CP groups do not depend on it
+                times = self.kind_times(inner, zero_comm=False)
+                seconds = [times[k].compute + times[k].tp_comm + times[k].cp_comm if k in times else 0.0
+                           for k in KINDS]
+            else:
+                seconds = [k.compute_s if k else 0.0 for k in per_kind]
+            rows["time_ps"][c] = to_ps(seconds)[take]
+            rows["params"][c] = np.array([k.params_dense if k else 0 for k in per_kind])[take]
+            rows["expert_params"][c] = np.array([k.params_expert if k else 0 for k in per_kind])[take]
+            rows["act_bytes"][c] = np.array([k.act_bytes if k else 0 for k in per_kind])[take]
+            rows["transient"][c] = max(k.transient_bytes for k in costs.values())
+        return rows
+
+    # -- placement ---------------------------------------------------------------------
+
+    def layout(self, cand: Candidate) -> Layout:
+        cfg = cand.cfg
+        return Layout({"tp": cfg.tp, "cp": cfg.cp, "dp": cand.dp, "pp": cand.pp}, cand.order)
+
+    @staticmethod
+    def _placement_key(cand: Candidate) -> tuple:
+        return (cand.cfg.tp, cand.cfg.cp, cand.dp, cand.pp, cand.cfg.ep, cand.order)
+
+    def placement(self, cand: Candidate) -> Placement:
+        """Group prices of the candidate's layout (cached per layout and EP degree)."""
+        key = self._placement_key(cand)
+        cfg = cand.cfg
+        if key not in self._placements:
+            layout = self.layout(cand)
+            shape = lambda groups: group_shape(self.cluster, groups)  # noqa: E731
+            ep_groups, edp_groups = expert_groups(layout, cfg.ep)
+            self._placements[key] = Placement(
+                tp=shape(joint_groups(layout, ("tp",))),
+                cp_ring=ring_link(self.cluster, joint_groups(layout, ("cp",))),
+                dense_dp=shape(joint_groups(layout, ("cp", "dp"))),
+                ep=shape(ep_groups), expert_dp=shape(edp_groups),
+                boundary_tiers=layout.boundary_tiers(self.cluster))
+        return self._placements[key]
 
     # -- candidates --------------------------------------------------------------------
 
-    def layout(self, tp: int, dp: int, pp: int) -> Layout:
-        return Layout({"tp": tp, "dp": dp, "pp": pp}, self.rank_order)
+    def micro_batches(self, cand: Candidate) -> int:
+        return self.job.global_batch // (cand.dp * cand.cfg.micro_batch)
 
-    def placement(self, tp: int, dp: int, pp: int) -> tuple[GroupShape | None, np.ndarray]:
-        """(worst data-parallel group shape or None, tier of each pipeline boundary)."""
-        key = (tp, dp, pp)
-        if key not in self._layouts:
-            layout = self.layout(tp, dp, pp)
-            dp_shape = layout.group_shape(self.cluster, "dp") if dp > 1 else None
-            self._layouts[key] = (dp_shape, layout.boundary_tiers(self.cluster))
-        return self._layouts[key]
+    def kind_times(self, cand: Candidate, zero_comm: bool = True) -> dict[str, KindTimes]:
+        """Per node kind: seconds per micro-batch on one device, split by cause.
 
-    def memory_per_param(self, dp: np.ndarray, distopt: np.ndarray) -> np.ndarray:
-        """Bytes per parameter: weights + gradients + optimizer state (sharded with ZeRO-1)."""
-        opt = self.job.optimizer
-        shards = np.where(distopt, dp, 1).astype(np.float64)
-        return self.weight_bytes + opt.grad_bytes + opt.sharded_bytes / shards
-
-    def optimizer_terms(self, dp: np.ndarray, distopt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(seconds, seconds per parameter)`` of the optimizer step (bandwidth-bound)."""
-        opt = self.job.optimizer
-        touched = opt.grad_bytes + 2 * opt.master_bytes + 2 * opt.state_bytes + self.weight_bytes
-        shards = np.where(distopt, dp, 1).astype(np.float64)
-        per_param = touched / self.kernels.memory_rate / shards
-        return np.full(len(dp), OPTIMIZER_KERNELS * self.kernels.overhead), per_param
-
-    def sync_terms(self, cands: Candidates) -> tuple[np.ndarray, np.ndarray]:
-        """``(seconds, seconds per parameter)`` of the exposed data-parallel gradient sync.
-
-        All-reduce of fp32 gradients, or with the distributed optimizer a reduce-scatter
-        of gradients plus an all-gather of the updated bf16 weights.
+        Overlap assumptions: ring-attention transfers hide behind the attention core of
+        the same pass; ZeRO-2 reduce-scatters a node's gradients during its backward and
+        ZeRO-3 gathers its weights during the previous node's compute (prefetch), so
+        only the excess over the node's own compute is exposed. TP and EP collectives
+        are on the critical path (Megatron's defaults).
         """
-        g0 = np.zeros(len(cands))
-        g1 = np.zeros(len(cands))
-        opt = self.job.optimizer
-        for n in range(len(cands)):
-            tp = cands.configs[cands.config[n]].tp
-            shape, _ = self.placement(tp, int(cands.dp[n]), int(cands.pp[n]))
-            if shape is None:
-                continue
-            alpha, beta = shape.reduce_scatter_terms()
-            g0[n] = 2 * alpha
-            if cands.distributed_optimizer[n]:
-                g1[n] = beta * (opt.grad_bytes + self.weight_bytes)
-            else:
-                g1[n] = 2 * beta * opt.grad_bytes
-        return g0, g1
+        key = (cand.cfg, self._placement_key(cand), cand.zero, zero_comm)
+        if key not in self._kind_times:
+            self._kind_times[key] = self._price_kinds(cand, zero_comm)
+        return self._kind_times[key]
 
-    def micro_batches(self, cands: Candidates) -> np.ndarray:
-        mbs = np.array([cfg.micro_batch for cfg in cands.configs], dtype=np.int64)[cands.config]
-        return self.job.global_batch // (cands.dp * mbs)
+    def _price_kinds(self, cand: Candidate, zero_comm: bool) -> dict[str, KindTimes]:
+        place = self.placement(cand)
+        opt = self.job.optimizer
+        out = {}
+        for kind, cost in self.kind_costs(cand.cfg).items():
+            tp = sum(count * place.tp.all_reduce(nbytes) for count, nbytes in cost.tp_ops)
+            lat, per_byte = place.cp_ring
+            cp = 0.0
+            if cand.cfg.cp > 1:
+                passes = cost.cp_steps_fwd / (cand.cfg.cp - 1)
+                cp = max(0.0, cost.cp_steps_fwd * (lat + per_byte * cost.cp_fwd_bytes)
+                         - passes * cost.core_fwd_s)
+                cp += max(0.0, cost.cp_steps_bwd * (lat + per_byte * cost.cp_bwd_bytes) - cost.core_bwd_s)
+            ep = dp = 0.0
+            if zero_comm:
+                alpha, beta = place.ep.all_to_all_terms()
+                ep = sum(count * (alpha + beta * nbytes) for count, nbytes in cost.ep_ops)
+            if zero_comm and cand.zero >= 2:
+                reduce = (place.dense_dp.reduce_scatter(opt.grad_bytes * cost.params_dense)
+                          + place.expert_dp.reduce_scatter(opt.grad_bytes * cost.params_expert))
+                gather = 0.0
+                if cand.zero == 3:
+                    gather = (place.dense_dp.all_gather(self.weight_bytes * cost.params_dense)
+                              + place.expert_dp.all_gather(self.weight_bytes * cost.params_expert))
+                    dp += max(0.0, gather - cost.fwd_s)
+                    if cand.cfg.recompute == "full":
+                        dp += max(0.0, gather - cost.recompute_s)
+                dp += max(0.0, gather + reduce - cost.bwd_s)
+            out[kind] = KindTimes(cost.compute_s, tp, cp, ep, dp)
+        return out
+
+    def sync_terms(self, cand: Candidate) -> SyncTerms:
+        """End-of-step data-parallel sync and optimizer step, and memory per parameter.
+
+        ZeRO-0: all-reduce of fp32 gradients; 1: reduce-scatter of gradients and all-gather
+        of the updated weights (Megatron's distributed optimizer); 2: gradients are already
+        reduced per micro-batch, the weights are all-gathered; 3: nothing (weights stay
+        sharded). Dense weights sync over the data x context ranks, experts over their
+        expert-data-parallel group.
+        """
+        key = (self._placement_key(cand), cand.zero)
+        if key not in self._sync:
+            self._sync[key] = self._price_sync(cand)
+        return self._sync[key]
+
+    def _price_sync(self, cand: Candidate) -> SyncTerms:
+        place = self.placement(cand)
+        opt, wb = self.job.optimizer, self.weight_bytes
+        zero = cand.zero
+        touched = opt.grad_bytes + 2 * opt.master_bytes + 2 * opt.state_bytes + wb
+        fixed = OPTIMIZER_KERNELS * self.kernels.overhead
+        per_param, optimizer, memory = [], [], []
+        for group in (place.dense_dp, place.expert_dp):
+            alpha, beta = group.reduce_scatter_terms()
+            shards = group.size
+            if zero == 0:
+                per_param.append(2 * beta * opt.grad_bytes)
+                fixed += 2 * alpha
+            elif zero == 1:
+                per_param.append(beta * (opt.grad_bytes + wb))
+                fixed += 2 * alpha
+            elif zero == 2:
+                per_param.append(beta * wb)
+                fixed += alpha
+            else:
+                per_param.append(0.0)
+            optimizer.append(touched / self.kernels.memory_rate / (shards if zero >= 1 else 1))
+            memory.append(wb / (shards if zero >= 3 else 1)
+                          + opt.grad_bytes / (shards if zero >= 2 else 1)
+                          + opt.sharded_bytes / (shards if zero >= 1 else 1))
+        return SyncTerms(fixed, per_param[0], per_param[1], optimizer[0], optimizer[1],
+                         memory[0], memory[1])
+
+    def inflight(self, cand: Candidate) -> np.ndarray:
+        """Micro-batch activations kept per virtual stage (1F1B; interleaved per Megatron)."""
+        p, v, m = cand.pp, cand.vp, self.micro_batches(cand)
+        device = np.arange(p * v) % p
+        if v == 1:
+            return np.minimum(p - device, m).astype(np.float64)
+        warmup = (p - device - 1) * 2 + (v - 1) * p  # Megatron's interleaved warm-up
+        return np.minimum(warmup + 1, m * v).astype(np.float64)
+
+    def rows(self, cands: list[Candidate]) -> dict[str, np.ndarray]:
+        """The DP's per-candidate tables (one table row per candidate).
+
+        Per candidate only per-kind numbers are computed in Python; the ``[candidate,
+        node]`` tables are then gathered by node kind in one numpy operation each.
+        """
+        n, n_kinds = len(cands), len(KINDS)
+        latency = np.array([t.latency for t in self.cluster.tiers])
+        bandwidth = np.array([t.effective_bandwidth for t in self.cluster.tiers])
+        seconds = np.zeros((n, n_kinds))
+        dense = np.zeros((n, n_kinds))
+        expert = np.zeros((n, n_kinds))
+        act = np.zeros((n, n_kinds), dtype=np.int64)
+        out = np.zeros((n, n_kinds))
+        sync_per = np.zeros((n, 4))  # dense sync+opt, expert sync+opt, dense bytes, expert bytes
+        scalars = {name: np.zeros(n) for name in ("mem_fixed", "mem_per_param", "g0", "g1")}
+        scalars["scale"] = np.zeros(n, dtype=np.int64)
+        inflight, pos_tiers = [], []
+        for i, cand in enumerate(cands):
+            costs = self.kind_costs(cand.cfg)
+            times = self.kind_times(cand)
+            sync = self.sync_terms(cand)
+            for kind, cost in costs.items():
+                j = KINDS.index(kind)
+                seconds[i, j] = times[kind].total
+                dense[i, j], expert[i, j] = cost.params_dense, cost.params_expert
+                act[i, j], out[i, j] = cost.act_bytes, cost.out_bytes
+            sync_per[i] = (sync.dense_s + sync.dense_optimizer_s, sync.expert_s + sync.expert_optimizer_s,
+                           sync.dense_bytes, sync.expert_bytes)
+            v = cand.vp
+            scalars["scale"][i] = self.micro_batches(cand) * v + cand.pp - 1
+            scalars["mem_fixed"][i] = self.job.reserved_memory_bytes + max(
+                c.transient_bytes for c in costs.values())
+            scalars["mem_per_param"][i] = v  # a device holds v chunks like this one
+            scalars["g0"][i] = sync.fixed_s * PS
+            scalars["g1"][i] = v
+            inflight.append(self.inflight(cand))
+            tiers = self.placement(cand).boundary_tiers[np.arange(cand.virtual_stages) % cand.pp]
+            tiers[-1] = -1
+            pos_tiers.append(tiers)
+        take = self.kind_index
+        table = {
+            "time_ps": to_ps(seconds)[:, take],
+            "params": to_ps(sync_per[:, :1] * dense + sync_per[:, 1:2] * expert)[:, take],
+            "mem_params": np.ceil(sync_per[:, 2:3] * dense + sync_per[:, 3:4] * expert).astype(np.int64)[:, take],
+            "act_bytes": act[:, take],
+        }
+        send = to_ps(latency[None, :, None] + out[:, None, :] / bandwidth[None, :, None])[:, :, take]
+        send[:, :, -1] = 0  # the last node sends nothing
+        table["send_ps"] = np.ascontiguousarray(send)
+        table.update(scalars)
+        table["pos_inflight"] = np.concatenate(inflight) if inflight else np.zeros(0)
+        table["pos_tier"] = np.concatenate(pos_tiers) if pos_tiers else np.zeros(0, dtype=np.int64)
+        table["pos_offset"] = np.concatenate(([0], np.cumsum([c.virtual_stages for c in cands]))).astype(np.int64)
+        return table

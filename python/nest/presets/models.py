@@ -71,5 +71,37 @@ _PRESETS = [
               source="Devlin et al. 2019; BertForPreTraining parameter count (Hugging Face)"),
 ]
 
+
+def _moe(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: int, vocab: int,
+         experts: int, top_k: int, expert_ffn: int, published: int, active: int, batch: int,
+         source: str, seq_len: int = 4096, **extra) -> ModelSpec:
+    return ModelSpec(name=name, num_layers=layers, hidden=hidden, num_heads=heads,
+                     num_kv_heads=kv_heads, ffn_hidden=ffn, vocab_size=vocab, seq_len=seq_len,
+                     mlp="swiglu", norm="rmsnorm", bias=False, tied_embeddings=False,
+                     position_embedding="rope", dropout=False, num_experts=experts,
+                     experts_per_token=top_k, moe_ffn_hidden=expert_ffn,
+                     published_parameters=published, published_active_parameters=active,
+                     default_global_batch=batch, source=source, **extra)
+
+
+_PRESETS += [
+    _moe("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 8, 2, 14336, 46_700_000_000,
+         12_900_000_000, 1024, "mistralai/Mixtral-8x7B-v0.1 config.json; Jiang et al. 2024 "
+         "(46.7B total, 12.9B active)"),
+    _moe("mixtral-8x22b", 56, 6144, 48, 8, 16384, 32768, 8, 2, 16384, 141_000_000_000,
+         39_000_000_000, 1024, "mistralai/Mixtral-8x22B-v0.1 config.json (141B total, 39B active)"),
+    _moe("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936, 128, 8, 768, 30_500_000_000,
+         3_300_000_000, 1024, "Qwen/Qwen3-30B-A3B config.json; Qwen3 technical report "
+         "(30.5B total, 3.3B active)", attention_head_dim=128),
+    _moe("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936, 128, 8, 1536, 235_000_000_000,
+         22_000_000_000, 1024, "Qwen/Qwen3-235B-A22B config.json; Qwen3 technical report "
+         "(235B total, 22B active)", attention_head_dim=128),
+    _moe("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 256, 8, 2048, 671_000_000_000,
+         37_000_000_000, 4608, "deepseek-ai/DeepSeek-V3 config.json; DeepSeek-V3 technical "
+         "report (671B total, 37B active, excluding the 14B multi-token-prediction module)",
+         num_shared_experts=1, first_dense_layers=3, q_lora_rank=1536, kv_lora_rank=512,
+         qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128),
+]
+
 MODELS: dict[str, ModelSpec] = {m.name: m for m in _PRESETS}
 """Preset models by name."""
