@@ -313,6 +313,15 @@ def test_torchtitan_data_parallel_modes_and_interleaving():
     assert len(inter["module_fqns_per_model_part"]) == 8
 
 
+def test_torchtitan_places_embedding_and_head_of_plans_without_them():
+    plan = make_plan([4, 4])
+    plan["stages"][0]["layers"].remove("embedding")
+    plan["stages"][1]["layers"].remove("head")
+    parts = titan(plan)["parallelism"]["module_fqns_per_model_part"]
+    assert parts[0][0] == "tok_embeddings" and parts[1][-2:] == ["norm", "output"]
+    assert megatron_args(plan)["--num-layers"] == "8"
+
+
 def test_torchtitan_precisions():
     assert titan(make_plan([4], dtype="fp8"))["model"]["converters"] == ["float8"]
     assert titan(make_plan([4], dtype="fp32"))["training"]["mixed_precision_param"] == "float32"

@@ -126,6 +126,31 @@ def test_deepseek_v3_fields():
     assert any("multi-token-prediction" in n for n in notes)
 
 
+def test_qwen2_moe_shared_experts():
+    # the shapes of Qwen1.5-MoE-A2.7B (model_type qwen2_moe)
+    cfg = {"model_type": "qwen2_moe", "hidden_size": 2048, "num_hidden_layers": 24,
+           "num_attention_heads": 16, "num_key_value_heads": 16, "intermediate_size": 5632,
+           "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+           "num_experts": 60, "num_experts_per_tok": 4, "decoder_sparse_step": 1,
+           "mlp_only_layers": [], "vocab_size": 151936, "max_position_embeddings": 8192,
+           "tie_word_embeddings": False}
+    spec = model_from_hf_config(cfg, seq_len=4096)
+    assert (spec.num_experts, spec.experts_per_token, spec.moe_ffn_hidden) == (60, 4, 1408)
+    assert spec.num_shared_experts == 4 and spec.bias
+    assert any("shared-expert gate" in n for n in approximations(cfg))
+    with pytest.raises(SpecError, match="shared_expert_intermediate_size = 5000"):
+        model_from_hf_config({**cfg, "shared_expert_intermediate_size": 5000})
+
+
+def test_deepseek_v2_without_query_compression():
+    cfg = dict(read_hf_config(DATA / "deepseek-v3.json"))
+    cfg.update(model_type="deepseek_v2", q_lora_rank=None, topk_method="greedy")
+    del cfg["num_nextn_predict_layers"]
+    spec = model_from_hf_config(cfg)
+    assert spec.q_lora_rank == 0 and spec.kv_lora_rank == 512
+    assert approximations(cfg) == []
+
+
 def _moe_counting():
     """Whether nest.model counts routed experts (issue 3); skip otherwise."""
     spec = load("mixtral-8x7b")

@@ -204,6 +204,7 @@ class _Plan:
         return virtual
 
     def block_counts(self) -> list[int]:
+        """Transformer blocks per virtual stage, in model order."""
         return [self._blocks(s) for s in self.virtual]
 
 
@@ -216,6 +217,7 @@ def _megatron_rank_order(plan: _Plan) -> list[str]:
         raise SpecError(f"parallelism.rank_order = {plan.rank_order!r}: must name tp, cp, ep, dp, pp")
 
     def reduced(dims):
+        """The dimensions of degree > 1, in order (the others do not move ranks)."""
         return [d for d in dims if degrees[d] > 1]
 
     if reduced(order) == reduced("tp-cp-ep-dp-pp".split("-")):
@@ -373,7 +375,14 @@ def _torchtitan(plan: _Plan) -> str:
     if plan.pp > 1:
         par["pipeline_parallel_schedule"] = "Interleaved1F1B" if plan.vp > 1 else "1F1B"
         par["pipeline_parallel_microbatch_size"] = plan.micro_batch
-        par["module_fqns_per_model_part"] = [_torchtitan_fqns(s) for s in plan.virtual]
+        parts = [_torchtitan_fqns(s) for s in plan.virtual]
+        # torchtitan must place every module: a plan without embedding/head nodes (e.g. on
+        # a NEST instance) still has them in the first and last model chunk.
+        if "tok_embeddings" not in parts[0]:
+            parts[0].insert(0, "tok_embeddings")
+        if "output" not in parts[-1]:
+            parts[-1] += ["norm", "output"]
+        par["module_fqns_per_model_part"] = parts
     par["context_parallel_degree"] = plan.cp
     par["expert_parallel_degree"] = plan.ep
     # With pipelining the micro-batches of a step form the local batch; without it

@@ -3,7 +3,8 @@
 Supported ``model_type`` values and the keys read (the real Hugging Face names):
 
 * decoder-only, gated MLP, RMSNorm, rotary positions: ``llama``, ``mistral``,
-  ``mixtral``, ``qwen2``, ``qwen2_moe``, ``qwen3``, ``qwen3_moe``, ``deepseek_v3``:
+  ``mixtral``, ``qwen2``, ``qwen2_moe``, ``qwen3``, ``qwen3_moe``, ``deepseek_v2``,
+  ``deepseek_v3``:
   ``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``,
   ``num_key_value_heads`` (default: ``num_attention_heads``), ``intermediate_size``,
   ``vocab_size``, ``max_position_embeddings``, ``tie_word_embeddings`` (default false),
@@ -51,10 +52,12 @@ from .errors import SpecError
 from .specs import ModelSpec, field_names
 
 SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-             "gpt2", "gpt_neox", "bert", "deepseek_v3")
+             "gpt2", "gpt_neox", "bert", "deepseek_v2", "deepseek_v3")
 """The ``model_type`` values :func:`model_from_hf_config` reads."""
 
-_GATED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v3")
+_GATED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2",
+          "deepseek_v3")
+_DEEPSEEK = ("deepseek_v2", "deepseek_v3")
 
 
 def read_hf_config(path_or_dict) -> dict:
@@ -85,9 +88,11 @@ class _Config:
         self.data = data
 
     def has(self, key: str) -> bool:
+        """Whether ``key`` is present and not null."""
         return self.data.get(key) is not None
 
     def int(self, key: str, default=None, minimum: int = 1) -> int:
+        """Integer ``key`` >= ``minimum``; ``default`` when absent (None: required)."""
         value = self.data.get(key)
         if value is None:
             if default is None:
@@ -100,6 +105,7 @@ class _Config:
         return value
 
     def bool(self, key: str, default: bool) -> bool:
+        """Boolean ``key``, ``default`` when absent."""
         value = self.data.get(key)
         if value is None:
             return default
@@ -108,6 +114,7 @@ class _Config:
         return value
 
     def number(self, key: str, default: float) -> float:
+        """Finite number ``key`` >= 0, ``default`` when absent."""
         value = self.data.get(key)
         if value is None:
             return default
@@ -117,6 +124,7 @@ class _Config:
         return float(value)
 
     def int_list(self, key: str) -> list[int]:
+        """Sorted distinct layer indices of list ``key`` (empty when absent)."""
         value = self.data.get(key)
         if value is None:
             return []
@@ -151,7 +159,7 @@ def _default_name(path_or_dict, data: dict, model_type: str) -> str:
 def _experts(cfg: _Config, model_type: str, fields: dict, notes: list[str]) -> None:
     """MoE fields for the MoE families (no-op for dense configs)."""
     key = {"mixtral": "num_local_experts", "qwen2_moe": "num_experts", "qwen3_moe": "num_experts",
-           "deepseek_v3": "n_routed_experts"}.get(model_type)
+           "deepseek_v2": "n_routed_experts", "deepseek_v3": "n_routed_experts"}.get(model_type)
     if key is None or not cfg.has(key):
         if key is not None:
             raise SpecError(f"hf config {key}: missing")
@@ -165,7 +173,7 @@ def _experts(cfg: _Config, model_type: str, fields: dict, notes: list[str]) -> N
         return
     moe_ffn = cfg.int("moe_intermediate_size")
     fields["moe_ffn_hidden"] = moe_ffn
-    if model_type == "deepseek_v3":
+    if model_type in _DEEPSEEK:
         fields["num_shared_experts"] = cfg.int("n_shared_experts", default=0, minimum=0)
         first = cfg.int("first_k_dense_replace", default=0, minimum=0)
         freq = cfg.int("moe_layer_freq", default=1)
@@ -233,7 +241,7 @@ def _gated_decoder(cfg: _Config, model_type: str, notes: list[str]) -> dict:
     if act not in ("silu", "swish"):
         notes.append(f"hidden_act = {act!r}: gated MLP priced as SwiGLU (same shapes)")
     head_dim = cfg.data.get("head_dim")
-    if model_type != "deepseek_v3" and head_dim is not None and head_dim != fields["hidden"] // heads:
+    if model_type not in _DEEPSEEK and head_dim is not None and head_dim != fields["hidden"] // heads:
         notes.append(f"head_dim = {head_dim} differs from hidden_size / num_attention_heads = "
                      f"{fields['hidden'] // heads}: attention projections priced with the latter")
     if model_type in ("qwen3", "qwen3_moe"):
@@ -243,7 +251,7 @@ def _gated_decoder(cfg: _Config, model_type: str, notes: list[str]) -> dict:
             and not isinstance(window, bool) and window < fields["max_position"]):
         notes.append(f"sliding_window = {window}: attention priced as full causal attention")
     _experts(cfg, model_type, fields, notes)
-    if model_type == "deepseek_v3":
+    if model_type in _DEEPSEEK:
         _mla(cfg, fields)
     return fields
 

@@ -87,14 +87,17 @@ class Layout:
         return worst
 
 
-def joint_groups(layout: Layout, dims: tuple[str, ...]) -> np.ndarray:
-    """Groups of ranks that differ only in ``dims``: ``[groups, size]``, rows ascending."""
+def joint_groups(layout: Layout, dims: tuple[str, ...], first_only: bool = False) -> np.ndarray:
+    """Groups of ranks that differ only in ``dims``: ``[groups, size]``, rows ascending
+    (only the group of rank 0 with ``first_only``)."""
     strides = layout.strides()
     offsets = np.zeros(1, dtype=np.int64)
     for dim in dims:
         step = strides[dim] * np.arange(layout.degrees.get(dim, 1), dtype=np.int64)
         offsets = (offsets[:, None] + step[None, :]).ravel()
     offsets.sort()
+    if first_only:
+        return offsets[None, :]
     coords = layout.coordinates()
     leader = np.ones(layout.size, dtype=bool)
     for dim in dims:

@@ -114,6 +114,7 @@ class MeasuredCost:
 
     @property
     def time_s(self) -> float:
+        """Compute plus tensor-parallel communication, seconds."""
         return self.compute_s + self.tp_comm_s
 
 
@@ -208,6 +209,7 @@ class MeasuredProfile:
 
     @property
     def num_nodes(self) -> int:
+        """Nodes of the layer graph."""
         return len(self.measurements[0].nodes)
 
     @property

@@ -27,6 +27,10 @@ OPTIMIZER_KERNELS = 4
 ZERO_STAGES = (0, 1, 2, 3)
 
 
+def _power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
 def to_ps(seconds) -> np.ndarray:
     """Seconds to integer picoseconds (round half up)."""
     return np.floor(np.asarray(seconds, dtype=np.float64) * PS + 0.5).astype(np.int64)
@@ -105,6 +109,8 @@ class Scenario:
         self.costs = NodeCostModel(model, job, self.kernels)
         self._kind_costs: dict[LayerConfig, dict[str, KindCost]] = {}
         self._placements: dict[tuple, Placement] = {}
+        self._sizes = cluster.group_sizes()
+        self._shapes: dict[tuple, GroupShape] = {}
         self._kind_times: dict[tuple, dict[str, KindTimes]] = {}
         self._sync: dict[tuple, SyncTerms] = {}
 
@@ -123,10 +129,11 @@ class Scenario:
     def compute_rows(self, configs: list[LayerConfig], with_comm: bool = True) -> dict[str, np.ndarray]:
         """Per config, per node: picoseconds, params, activations, for lower bounds.
 
-        Times include tensor- and context-parallel communication when ``with_comm``: their
-        groups are the innermost ``tp`` and ``tp x cp`` devices under every rank order that
-        starts with ``tp-cp`` (so they do not depend on the other degrees); otherwise
-        compute only.
+        Times include tensor-parallel, context-parallel and expert all-to-all communication
+        when ``with_comm``: under every rank order that starts with ``tp-cp`` the TP and CP
+        groups are the innermost ``tp`` and ``tp x cp`` devices whatever the other degrees,
+        and an aligned run of ``ep`` adjacent devices is the cheapest place an EP group can
+        have; otherwise compute only.
         """
         rows = {"time_ps": np.zeros((len(configs), self.num_nodes), dtype=np.int64),
                 "params": np.zeros((len(configs), self.num_nodes), dtype=np.int64),
@@ -138,10 +145,9 @@ class Scenario:
             per_kind = [costs.get(kind) for kind in KINDS]
             take = self.kind_index
             if with_comm:
-                inner = Candidate(cfg, 1, cfg.ep)  # any dp: TP and CP groups do not depend on it
+                inner = Candidate(cfg, 1, cfg.ep)  # stage = tp x cp x ep adjacent devices
                 times = self.kind_times(inner, zero_comm=False)
-                seconds = [times[k].compute + times[k].tp_comm + times[k].cp_comm if k in times else 0.0
-                           for k in KINDS]
+                seconds = [times[k].total if k in times else 0.0 for k in KINDS]
             else:
                 seconds = [k.compute_s if k else 0.0 for k in per_kind]
             rows["time_ps"][c] = to_ps(seconds)[take]
@@ -167,15 +173,27 @@ class Scenario:
         cfg = cand.cfg
         if key not in self._placements:
             layout = self.layout(cand)
-            shape = lambda groups: group_shape(self.cluster, groups)  # noqa: E731
+            # With every degree and tier size a power of two, each dimension owns its own
+            # bits of the rank, so all groups of a dimension decompose alike: pricing the
+            # group of rank 0 is exact. Otherwise every group is priced.
+            first = all(_power_of_two(x) for x in (*key[:5], *self._sizes))
+            shape = lambda groups: self._group_shape(groups[:1] if first else groups)  # noqa: E731
+            groups = lambda dims: joint_groups(layout, dims, first_only=first)  # noqa: E731
             ep_groups, edp_groups = expert_groups(layout, cfg.ep)
             self._placements[key] = Placement(
-                tp=shape(joint_groups(layout, ("tp",))),
-                cp_ring=ring_link(self.cluster, joint_groups(layout, ("cp",))),
-                dense_dp=shape(joint_groups(layout, ("cp", "dp"))),
+                tp=shape(groups(("tp",))),
+                cp_ring=ring_link(self.cluster, groups(("cp",))),
+                dense_dp=shape(groups(("cp", "dp"))),
                 ep=shape(ep_groups), expert_dp=shape(edp_groups),
                 boundary_tiers=layout.boundary_tiers(self.cluster))
         return self._placements[key]
+
+    def _group_shape(self, groups: np.ndarray) -> GroupShape:
+        """:func:`group_shape`, cached by the groups' device indices."""
+        key = (groups.shape, groups.tobytes())
+        if key not in self._shapes:
+            self._shapes[key] = group_shape(self.cluster, groups)
+        return self._shapes[key]
 
     # -- candidates --------------------------------------------------------------------
 
@@ -209,10 +227,9 @@ class Scenario:
                 cp = max(0.0, cost.cp_steps_fwd * (lat + per_byte * cost.cp_fwd_bytes)
                          - passes * cost.core_fwd_s)
                 cp += max(0.0, cost.cp_steps_bwd * (lat + per_byte * cost.cp_bwd_bytes) - cost.core_bwd_s)
-            ep = dp = 0.0
-            if zero_comm:
-                alpha, beta = place.ep.all_to_all_terms()
-                ep = sum(count * (alpha + beta * nbytes) for count, nbytes in cost.ep_ops)
+            alpha, beta = place.ep.all_to_all_terms()
+            ep = sum(count * (alpha + beta * nbytes) for count, nbytes in cost.ep_ops)
+            dp = 0.0
             if zero_comm and cand.zero >= 2:
                 reduce = (place.dense_dp.reduce_scatter(opt.grad_bytes * cost.params_dense)
                           + place.expert_dp.reduce_scatter(opt.grad_bytes * cost.params_expert))
