@@ -167,19 +167,20 @@ def _coerce(model, cluster, job) -> tuple[ModelSpec, ClusterSpec, JobSpec]:
 
 def plan(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | None = None, *,
          engine: str = "cpp", threads: int | None = None,
-         limits: SpaceLimits = SpaceLimits()) -> Plan:
+         limits: SpaceLimits = SpaceLimits(), source=None) -> Plan:
     """The fastest plan for ``job`` on ``cluster`` that fits in memory.
 
     ``model`` and ``cluster`` are specs or preset names (a preset cluster at its default
     size); ``job`` defaults to the model's published batch and sequence length.
     ``limits`` restricts the joint space (TP, PP, DP, CP, EP, VP, micro-batch,
-    recomputation, SP, ZeRO stage, rank order). Raises
+    recomputation, SP, ZeRO stage, rank order). ``source`` replaces the analytic node
+    costs (measured profiles; see :class:`~nest.tables.Scenario`). Raises
     :class:`~nest.errors.InfeasibleError` when no plan fits and
     :class:`~nest.errors.SpecError` on inconsistent inputs.
     """
     started = time.perf_counter()
     model, cluster, job = _coerce(model, cluster, job)
-    scn = Scenario(model, cluster, job)
+    scn = Scenario(model, cluster, job, source)
     outcome = search(scn, limits, engine, threads)
     return build_plan(scn, outcome.candidate, outcome.problem, outcome.local,
                       _ends(outcome.problem, outcome.result, outcome.local),
@@ -196,7 +197,7 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
              tp: int, pp: int, dp: int, micro_batch: int, recompute: str = "none", sp: bool = False,
              distributed_optimizer: bool = False, zero: int | None = None, cp: int = 1, ep: int = 1,
              vp: int = 1, rank_order: str = DEFAULT_ORDER, layers_per_stage: list[int] | None = None,
-             engine: str = "cpp", threads: int | None = None) -> Plan:
+             engine: str = "cpp", threads: int | None = None, source=None) -> Plan:
     """Cost one fixed configuration; with ``layers_per_stage`` also a fixed split.
 
     ``zero`` is the ZeRO stage (0-3); ``distributed_optimizer=True`` is ZeRO-1 (Megatron's
@@ -206,7 +207,7 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
     """
     started = time.perf_counter()
     model, cluster, job = _coerce(model, cluster, job)
-    scn = Scenario(model, cluster, job)
+    scn = Scenario(model, cluster, job, source)
     if zero is None:
         zero = 1 if distributed_optimizer else 0
     elif distributed_optimizer and zero != 1:

@@ -8,7 +8,6 @@ import numpy as np
 
 from .dp_problem import DPProblem, sync_time
 from .dp_reference import stage_details
-from .model import active_parameter_count, chain_names, parameter_count
 from .tables import OPTIMIZER_KERNELS, PS, Candidate, Scenario
 
 
@@ -111,7 +110,7 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
     breakdown["compute"] += step - sum(breakdown.values())
 
     stage_of = scn.layout(cand).coordinates()["pp"]
-    names = chain_names(scn.model)
+    names = scn.source.names
     stages = tuple(
         Stage(index=k, layers=tuple(names[d["start"]:d["end"]]),
               devices=tuple(int(x) for x in np.flatnonzero(stage_of == k % pp)),
@@ -120,7 +119,7 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
 
     used = cand.devices
     flops = sum(costs[kind].model_flops for kind in kinds) * cfg.tp * cfg.cp * dp * micro_batches
-    parameters = parameter_count(scn.model)
+    parameters = scn.source.parameters
     return Plan(
         parallelism={"tp": cfg.tp, "pp": pp, "dp": dp, "cp": cfg.cp, "ep": cfg.ep, "sp": cfg.sp,
                      "vp": v, "zero": cand.zero, "distributed_optimizer": cand.zero >= 1,
@@ -139,7 +138,7 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
         candidates_evaluated=evaluated,
         candidates_total=candidates_total,
         model={"name": scn.model.name, "parameters": parameters,
-               "active_parameters": active_parameter_count(scn.model), "layers": scn.model.num_layers},
+               "active_parameters": scn.source.active_parameters, "layers": scn.model.num_layers},
         job={"global_batch": scn.job.global_batch, "seq_len": scn.job.seq_len, "dtype": scn.job.dtype},
         cluster={"name": scn.cluster.name, "devices": scn.cluster.num_devices,
                  "device": scn.cluster.device.name,

@@ -142,7 +142,8 @@ def enumerate_partials(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, num
     batch_pos = {b: i for i, b in enumerate(batches)}
     rc_pos = np.arange(len(recomputes), dtype=np.int64)
 
-    parts: dict[str, list] = {"config": [], "pp": [], "dp": [], "vp": []}
+    chunks: list[np.ndarray] = []
+    meta: list[tuple[int, int, int, int]] = []  # (pp, dp, vp, count) per chunk
     pps = limits.pp or tuple(range(1, num_nodes + 1))
     dps = _allowed(divisors(job.global_batch), limits.dp)
     per_dp = {}
@@ -182,18 +183,16 @@ def enumerate_partials(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, num
                                     chosen = ids[micro % pp == 0]
                                 else:
                                     chosen = ids
-                                if not len(chosen):
-                                    continue
-                                parts["config"].append(chosen)
-                                for key, value in (("pp", pp), ("dp", dp), ("vp", vp)):
-                                    parts[key].append(np.full(len(chosen), value, dtype=np.int64))
+                                if len(chosen):
+                                    chunks.append(chosen)
+                                    meta.append((pp, dp, vp, len(chosen)))
 
-    if not parts["config"]:
+    if not chunks:
         return Partials([], *(np.zeros(0, dtype=np.int64) for _ in range(4)))
-    config = np.concatenate(parts["config"])
-    used, config = np.unique(config, return_inverse=True)
-    return Partials([grid[i] for i in used], config.astype(np.int64),
-                    *(np.concatenate(parts[key]) for key in ("pp", "dp", "vp")))
+    used, config = np.unique(np.concatenate(chunks), return_inverse=True)
+    info = np.array(meta, dtype=np.int64)
+    pp, dp, vp = (np.repeat(info[:, i], info[:, 3]) for i in range(3))
+    return Partials([grid[i] for i in used], config.astype(np.int64), pp, dp, vp)
 
 
 def expand(partials: Partials, index: np.ndarray, limits: SpaceLimits = SpaceLimits()) -> list[Candidate]:

@@ -14,7 +14,7 @@ import numpy as np
 from .compute import KernelModel
 from .costs import KindCost, LayerConfig, NodeCostModel
 from .layout import DEFAULT_ORDER, Layout, expert_groups, joint_groups
-from .model import KINDS, chain_kinds
+from .model import active_parameter_count, chain_kinds, chain_names, parameter_count
 from .network import GroupShape, group_shape, ring_link
 from .specs import ClusterSpec, JobSpec, ModelSpec
 
@@ -96,17 +96,39 @@ class SyncTerms:
     expert_bytes: float
 
 
-class Scenario:
-    """A model, a cluster and a job: prices candidates, with caches."""
+class AnalyticSource:
+    """Node costs from the analytic model: nodes of one kind (block, moe, ...) cost alike."""
 
-    def __init__(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec):
-        self.model, self.cluster, self.job = model, cluster, job
+    def __init__(self, model: ModelSpec, job: JobSpec, kernels: KernelModel):
+        self.model = model
         self.kinds = chain_kinds(model)
-        self.kind_index = np.array([KINDS.index(k) for k in self.kinds], dtype=np.int64)
+        self.names = chain_names(model)
+        self.parameters = parameter_count(model)
+        self.active_parameters = active_parameter_count(model)
+        self._costs = NodeCostModel(model, job, kernels)
+
+    def cost(self, kind: str, cfg: LayerConfig) -> KindCost:
+        """The cost of a node of ``kind`` under ``cfg``."""
+        return self._costs.cost(kind, cfg)
+
+
+class Scenario:
+    """A model, a cluster and a job: prices candidates, with caches.
+
+    ``source`` supplies node costs (default: the analytic model); it has ``kinds`` (a
+    label per node; nodes with equal labels cost alike), ``names``, ``parameters``,
+    ``active_parameters`` and ``cost(kind, cfg) -> KindCost``.
+    """
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, source=None):
+        self.model, self.cluster, self.job = model, cluster, job
         self.peak_flops = cluster.device.peak_flops(job.dtype)
         self.kernels = KernelModel(cluster.device, job.dtype_bytes, self.peak_flops)
         self.weight_bytes = 4 if job.dtype == "fp32" else 2
-        self.costs = NodeCostModel(model, job, self.kernels)
+        self.source = source or AnalyticSource(model, job, self.kernels)
+        self.kinds = list(self.source.kinds)
+        self.kind_list = list(dict.fromkeys(self.kinds))
+        self.kind_index = np.array([self.kind_list.index(k) for k in self.kinds], dtype=np.int64)
         self._kind_costs: dict[LayerConfig, dict[str, KindCost]] = {}
         self._placements: dict[tuple, Placement] = {}
         self._sizes = cluster.group_sizes()
@@ -123,7 +145,7 @@ class Scenario:
     def kind_costs(self, cfg: LayerConfig) -> dict[str, KindCost]:
         """Costs of every node kind present in the model, under ``cfg`` (cached)."""
         if cfg not in self._kind_costs:
-            self._kind_costs[cfg] = {kind: self.costs.cost(kind, cfg) for kind in set(self.kinds)}
+            self._kind_costs[cfg] = {kind: self.source.cost(kind, cfg) for kind in self.kind_list}
         return self._kind_costs[cfg]
 
     def compute_rows(self, configs: list[LayerConfig], with_comm: bool = True) -> dict[str, np.ndarray]:
@@ -142,18 +164,18 @@ class Scenario:
                 "transient": np.zeros(len(configs), dtype=np.int64)}
         for c, cfg in enumerate(configs):
             costs = self.kind_costs(cfg)
-            per_kind = [costs.get(kind) for kind in KINDS]
+            per_kind = [costs[kind] for kind in self.kind_list]
             take = self.kind_index
             if with_comm:
                 inner = Candidate(cfg, 1, cfg.ep)  # stage = tp x cp x ep adjacent devices
                 times = self.kind_times(inner, zero_comm=False)
-                seconds = [times[k].total if k in times else 0.0 for k in KINDS]
+                seconds = [times[k].total for k in self.kind_list]
             else:
-                seconds = [k.compute_s if k else 0.0 for k in per_kind]
+                seconds = [k.compute_s for k in per_kind]
             rows["time_ps"][c] = to_ps(seconds)[take]
-            rows["params"][c] = np.array([k.params_dense if k else 0 for k in per_kind])[take]
-            rows["expert_params"][c] = np.array([k.params_expert if k else 0 for k in per_kind])[take]
-            rows["act_bytes"][c] = np.array([k.act_bytes if k else 0 for k in per_kind])[take]
+            rows["params"][c] = np.array([k.params_dense for k in per_kind])[take]
+            rows["expert_params"][c] = np.array([k.params_expert for k in per_kind])[take]
+            rows["act_bytes"][c] = np.array([k.act_bytes for k in per_kind])[take]
             rows["transient"][c] = max(k.transient_bytes for k in costs.values())
         return rows
 
@@ -301,7 +323,7 @@ class Scenario:
         Per candidate only per-kind numbers are computed in Python; the ``[candidate,
         node]`` tables are then gathered by node kind in one numpy operation each.
         """
-        n, n_kinds = len(cands), len(KINDS)
+        n, n_kinds = len(cands), len(self.kind_list)
         latency = np.array([t.latency for t in self.cluster.tiers])
         bandwidth = np.array([t.effective_bandwidth for t in self.cluster.tiers])
         seconds = np.zeros((n, n_kinds))
@@ -318,7 +340,7 @@ class Scenario:
             times = self.kind_times(cand)
             sync = self.sync_terms(cand)
             for kind, cost in costs.items():
-                j = KINDS.index(kind)
+                j = self.kind_list.index(kind)
                 seconds[i, j] = times[kind].total
                 dense[i, j], expert[i, j] = cost.params_dense, cost.params_expert
                 act[i, j], out[i, j] = cost.act_bytes, cost.out_bytes
