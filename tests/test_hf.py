@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from nest.model import active_parameter_count, parameter_count
+
 import nest.model as model_module
 from nest.errors import SpecError
 from nest.hf import SUPPORTED, approximations, model_from_hf_config, read_hf_config
@@ -107,9 +109,12 @@ def test_qwen3_moe_fields():
     assert (spec.num_experts, spec.experts_per_token, spec.moe_ffn_hidden) == (128, 8, 768)
     assert (spec.num_shared_experts, spec.first_dense_layers, spec.moe_layer_interval) == (0, 0, 1)
     assert not spec.bias and not spec.tied_embeddings
+    assert spec.head_dim == 128  # explicit in the config, not hidden / heads = 64
     notes = approximations(DATA / "qwen3-30b-a3b.json")
-    assert any("head_dim = 128" in n for n in notes)
     assert any("Q/K RMSNorm" in n for n in notes)
+    # Published 30.5B total, 3.3B active (Qwen3 report); per-head Q/K norms not counted.
+    assert parameter_count(spec) == pytest.approx(30.5e9, rel=0.005)
+    assert active_parameter_count(spec) == pytest.approx(3.3e9, rel=0.02)
 
 
 def test_deepseek_v3_fields():

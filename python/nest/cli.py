@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 from .errors import InfeasibleError, SpecError
 from .layout import DEFAULT_ORDER
@@ -40,8 +41,14 @@ def _int_list(text: str) -> list[int]:
 
 
 def _add_scenario(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="preset name or model file (JSON/YAML)")
-    parser.add_argument("--cluster", required=True, help="preset name or cluster file (JSON/YAML)")
+    parser.add_argument("--model", help="preset name, model file (JSON/YAML) or Hugging Face config.json")
+    parser.add_argument("--cluster", help="preset name or cluster file (JSON/YAML)")
+    parser.add_argument("--nest-instance", metavar="FILE",
+                        help="a NEST artifact DP instance (its measured layers, network and job)")
+    parser.add_argument("--profile", metavar="FILE",
+                        help="measured layer profile (JSON/CSV) used instead of the analytic model")
+    parser.add_argument("--emit", choices=("megatron", "deepspeed", "torchtitan"),
+                        help="print the plan as launch arguments/config for this framework")
     parser.add_argument("--devices", type=_positive_int, help="size a cluster preset to N devices")
     parser.add_argument("--global-batch", type=_positive_int,
                         help="sequences per step (default: the model's published batch)")
@@ -68,10 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
                            "tp-cp-ep-pp-dp); repeat to give several")
     evaluate = sub.add_parser("evaluate", help="cost one fixed configuration")
     _add_scenario(evaluate)
-    evaluate.add_argument("--tp", type=_positive_int, required=True)
-    evaluate.add_argument("--pp", type=_positive_int, required=True)
-    evaluate.add_argument("--dp", type=_positive_int, required=True)
-    evaluate.add_argument("--mbs", type=_positive_int, required=True, help="micro-batch size")
+    evaluate.add_argument("--tp", type=_positive_int)
+    evaluate.add_argument("--pp", type=_positive_int)
+    evaluate.add_argument("--dp", type=_positive_int)
+    evaluate.add_argument("--mbs", type=_positive_int, help="micro-batch size")
+    evaluate.add_argument("--baseline", help="with --nest-instance: cost one of the instance's "
+                          "baselines (Manual, Phaze, MCMC)")
     evaluate.add_argument("--recompute", default="none", choices=("none", "selective", "full"))
     evaluate.add_argument("--sp", action=argparse.BooleanOptionalAction, default=False,
                           help="Megatron sequence parallelism")
@@ -94,25 +103,52 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _scenario(args):
+def _scenario(args) -> dict:
+    """Keyword arguments of plan/evaluate: model, cluster, job, and source/limits if measured."""
     from .loading import load_cluster, load_model
     from .specs import JobSpec, OptimizerSpec
 
-    model = load_model(args.model)
+    if args.nest_instance:
+        from .measured import instance_setup
+
+        if args.model or args.cluster or args.profile:
+            raise SpecError("nest_instance: the instance brings its own model, cluster and job; "
+                            "drop --model/--cluster/--profile")
+        setup = instance_setup(args.nest_instance)
+        return {"model": setup.model, "cluster": setup.cluster, "job": setup.job,
+                "source": setup.source, "limits": setup.limits, "setup": setup}
+    if not args.cluster:
+        raise SpecError("cluster: missing; pass --cluster (or --nest-instance)")
     cluster = load_cluster(args.cluster, args.devices)
+    source = limits = None
+    if args.profile:
+        from .measured import MeasuredSource
+        from .profiles import load_profile
+
+        source = MeasuredSource(load_profile(args.profile))
+        model = load_model(args.model) if args.model else source.model(source.profile.name)
+        limits = source.limits()
+    elif args.model:
+        model = load_model(args.model)
+    else:
+        raise SpecError("model: missing; pass --model (or --profile / --nest-instance)")
     batch = args.global_batch or model.default_global_batch
     if not batch:
         raise SpecError(f"global_batch: model {model.name} has no default; pass --global-batch")
     job = JobSpec(global_batch=batch, seq_len=args.seq_len or model.seq_len, dtype=args.dtype,
                   optimizer=OptimizerSpec.named(args.optimizer),
                   flash_attention=not args.no_flash_attention)
-    return model, cluster, job
+    return {"model": model, "cluster": cluster, "job": job, "source": source, "limits": limits}
 
 
-def _print_plan(plan, as_json: bool) -> None:
+def _print_plan(plan, args) -> None:
     from .report import render
 
-    if as_json:
+    if args.emit:
+        from .export import emit
+
+        print(emit(plan.to_dict(), args.emit))
+    elif args.json:
         print(json.dumps(plan.to_dict(), indent=2))
     else:
         print(render(plan))
@@ -159,21 +195,35 @@ def _run(args) -> int:
         return EXIT_OK
 
     from .planner import evaluate, plan
+    from .space import SpaceLimits
 
-    model, cluster, job = _scenario(args)
-    common = {"engine": args.engine, "threads": args.threads}
+    scenario = _scenario(args)
+    setup = scenario.pop("setup", None)
+    limits = scenario.pop("limits") or SpaceLimits()
+    common = {"engine": args.engine, "threads": args.threads, **scenario}
     if args.command == "plan":
-        from .space import SpaceLimits
-
-        orders = tuple(args.rank_order) if args.rank_order else None
-        result = plan(model, cluster, job, limits=SpaceLimits(rank_order=orders), **common)
+        if args.rank_order:
+            limits = replace(limits, rank_order=tuple(args.rank_order))
+        result = plan(limits=limits, **common)
     else:
-        result = evaluate(model, cluster, job, tp=args.tp, pp=args.pp, dp=args.dp, micro_batch=args.mbs,
-                          recompute=args.recompute, sp=args.sp,
-                          distributed_optimizer=args.distributed_optimizer, zero=args.zero, cp=args.cp,
-                          ep=args.ep, vp=args.vp, rank_order=args.rank_order,
-                          layers_per_stage=args.layers_per_stage, **common)
-    _print_plan(result, args.json)
+        fixed = {"tp": args.tp, "pp": args.pp, "dp": args.dp, "micro_batch": args.mbs,
+                 "recompute": args.recompute, "layers_per_stage": args.layers_per_stage}
+        if args.baseline:
+            if setup is None:
+                raise SpecError(f"baseline = {args.baseline!r}: needs --nest-instance")
+            fixed = setup.baseline_config(args.baseline)
+        elif setup is not None:
+            fixed = {"micro_batch": setup.instance.micro_batch, "recompute": setup.instance.recompute,
+                     **{k: v for k, v in fixed.items() if v is not None and k != "recompute"}}
+        missing = [f"--{k}" for k in ("tp", "pp", "dp") if fixed.get(k) is None]
+        if fixed.get("micro_batch") is None:
+            missing.append("--mbs")
+        if missing:
+            raise SpecError(f"evaluate: missing {', '.join(missing)} (the configuration to cost)")
+        result = evaluate(sp=args.sp, distributed_optimizer=args.distributed_optimizer, zero=args.zero,
+                          cp=args.cp, ep=args.ep, vp=args.vp, rank_order=args.rank_order, **fixed,
+                          **common)
+    _print_plan(result, args)
     return EXIT_OK
 
 

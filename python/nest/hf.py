@@ -242,8 +242,7 @@ def _gated_decoder(cfg: _Config, model_type: str, notes: list[str]) -> dict:
         notes.append(f"hidden_act = {act!r}: gated MLP priced as SwiGLU (same shapes)")
     head_dim = cfg.data.get("head_dim")
     if model_type not in _DEEPSEEK and head_dim is not None and head_dim != fields["hidden"] // heads:
-        notes.append(f"head_dim = {head_dim} differs from hidden_size / num_attention_heads = "
-                     f"{fields['hidden'] // heads}: attention projections priced with the latter")
+        fields["attention_head_dim"] = cfg.int("head_dim")
     if model_type in ("qwen3", "qwen3_moe"):
         notes.append("per-head Q/K RMSNorm (2 x head_dim parameters per block) not counted")
     window = cfg.data.get("sliding_window")

@@ -70,13 +70,26 @@ def _preset(table: dict, name: str, what: str):
 
 
 def load_model(name_or_path: str | ModelSpec) -> ModelSpec:
-    """A model preset by name, or a model file (JSON/YAML, optional ``base`` preset)."""
+    """A model preset by name, a model file (JSON/YAML, optional ``base`` preset), or a
+    Hugging Face ``config.json`` (recognised by its ``model_type`` key)."""
     if isinstance(name_or_path, ModelSpec):
         return name_or_path
     if not _is_path(name_or_path):
         return _preset(MODELS, name_or_path, "model")
     data = read_spec_file(name_or_path, "model")
+    if "model_type" in data:
+        from .hf import model_from_hf_config
+
+        return model_from_hf_config(data, name=_hf_name(name_or_path, data))
     return _with_base(MODELS, ModelSpec, data, "model")
+
+
+def _hf_name(path: str, data: dict) -> str:
+    origin = data.get("_name_or_path")
+    if isinstance(origin, str) and origin.strip("/"):
+        return origin.rstrip("/").split("/")[-1]
+    file = Path(path)
+    return file.resolve().parent.name if file.name == "config.json" else file.stem
 
 
 def _with_base(table: dict, cls, data: dict, what: str):
