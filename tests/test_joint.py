@@ -1,0 +1,193 @@
+"""The joint space (issue 3): ZeRO memory and volumes, EP/CP traffic, interleaving, rank
+order, and exactness of the search with all dimensions."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import nest
+from nest.compute import KernelModel
+from nest.costs import LayerConfig, NodeCostModel
+from nest.dp_reference import brute_force
+from nest.planner import _problem
+from nest.presets.clusters import CLUSTERS
+from nest.presets.models import MODELS
+from nest.space import SpaceLimits, enumerate_partials, expand
+from nest.specs import JobSpec, ModelSpec, OptimizerSpec, Tier
+from nest.tables import Candidate, Scenario
+
+ZERO_PAPER = OptimizerSpec(name="adam", grad_bytes=2, master_bytes=4, state_bytes=8)  # K = 12
+H100 = CLUSTERS["dgx-h100"].sized(64)
+
+
+@pytest.mark.parametrize("dp", [2, 8, 64])
+def test_zero_memory_matches_the_zero_paper(dp):
+    """Rajbhandari et al. 2020, Figure 1: (2+2+K), 2+2+K/Nd, 2+(2+K)/Nd, (2+2+K)/Nd."""
+    scn = Scenario(MODELS["gpt-1.7b"], H100, JobSpec(global_batch=512, seq_len=2048, optimizer=ZERO_PAPER))
+    cfg = LayerConfig(1, False, 1, "none")
+    k, nd = 12, dp
+    expected = [2 + 2 + k, 2 + 2 + k / nd, 2 + (2 + k) / nd, (2 + 2 + k) / nd]
+    for zero, value in enumerate(expected):
+        got = scn.sync_terms(Candidate(cfg, pp=1, dp=dp, zero=zero)).dense_bytes
+        assert got == pytest.approx(value, rel=1e-15)
+
+
+def _costs(model, cfg, seq_len=4096, flash=True):
+    job = JobSpec(global_batch=64, seq_len=seq_len, flash_attention=flash)
+    kernels = KernelModel(H100.device, 2, H100.device.peak_flops("bf16"))
+    return NodeCostModel(model, job, kernels)
+
+
+def test_expert_all_to_all_volume():
+    """Dispatch + combine, forward and backward: 4 all-to-alls of tokens x top-k x hidden."""
+    mixtral = MODELS["mixtral-8x7b"]
+    b, s, tp, cp = 2, 4096, 2, 2
+    cost = _costs(mixtral, None).cost("moe", LayerConfig(tp, True, b, "none", cp=cp, ep=4))
+    tokens = b * s // cp // tp  # each rank routes its sequence-parallel share
+    assert cost.ep_ops == ((4, tokens * 2 * mixtral.hidden * 2),)
+    full = _costs(mixtral, None).cost("moe", LayerConfig(tp, True, b, "full", cp=cp, ep=4))
+    assert full.ep_ops[0][0] == 6  # the recomputed forward repeats dispatch and combine
+    assert _costs(mixtral, None).cost("moe", LayerConfig(tp, True, b, "none", cp=cp, ep=1)).ep_ops == ()
+
+
+def test_expert_parameters_split_over_ep():
+    mixtral = MODELS["mixtral-8x7b"]
+    one = _costs(mixtral, None).cost("moe", LayerConfig(1, False, 1, "none", ep=1))
+    eight = _costs(mixtral, None).cost("moe", LayerConfig(1, False, 1, "none", ep=8))
+    assert one.params_expert == 8 * 3 * 4096 * 14336
+    assert eight.params_expert == one.params_expert // 8
+    assert eight.params_dense == one.params_dense
+
+
+def test_context_parallel_ring_volume():
+    """Ring attention: cp-1 steps of the local K and V chunk forward, K, V and grads back."""
+    llama = MODELS["llama3-70b"]
+    b, s, tp, cp = 1, 32768, 8, 4
+    cost = _costs(llama, None, seq_len=s).cost("block", LayerConfig(tp, True, b, "none", cp=cp))
+    chunk = b * (s // cp) * 2 * llama.kv_hidden * 2 / tp  # K and V, bf16, this TP rank's heads
+    assert cost.cp_fwd_bytes == chunk and cost.cp_bwd_bytes == 2 * chunk
+    assert (cost.cp_steps_fwd, cost.cp_steps_bwd) == (cp - 1, cp - 1)
+    plain = _costs(llama, None, seq_len=s).cost("block", LayerConfig(tp, True, b, "none", cp=1))
+    assert cost.act_bytes == pytest.approx(plain.act_bytes / cp, rel=1e-6)
+
+
+@pytest.mark.parametrize("cluster_name,exposed", [("dgx-a100", False), ("h100-spineleaf", True)])
+def test_zero3_gathers_weights_every_micro_batch(cluster_name, exposed):
+    """ZeRO-3 all-gathers each node's weights forward and backward and reduce-scatters its
+    gradients, per micro-batch; only what the node's own compute cannot hide is exposed."""
+    model = MODELS["llama2-7b"]
+    cluster = CLUSTERS[cluster_name].sized(64)
+    scn = Scenario(model, cluster, JobSpec(global_batch=64, seq_len=4096))
+    cfg = LayerConfig(1, False, 1, "none")
+    cand = Candidate(cfg, pp=1, dp=64, zero=3)
+    cost = scn.kind_costs(cfg)["block"]
+    group = scn.placement(cand).dense_dp
+    gather = group.all_gather(2 * cost.params_dense)
+    reduce = group.reduce_scatter(4 * cost.params_dense)
+    expected = max(0.0, gather - cost.fwd_s) + max(0.0, gather + reduce - cost.bwd_s)
+    assert scn.kind_times(cand)["block"].dp_comm == pytest.approx(expected, rel=1e-12)
+    # NVLink + 25 GB/s per GPU hides a Llama-2-7B layer's traffic; a 12.5 GiB/s leaf does not
+    assert (expected > 0) == exposed
+    # the closed form of the volume: (n-1)/n of the weights per rank over the slowest link
+    alpha, beta = group.reduce_scatter_terms()
+    assert gather == pytest.approx(alpha + beta * 2 * cost.params_dense)
+
+
+def test_interleaved_in_flight_memory_and_bubble():
+    model = MODELS["gpt-18b"]
+    cluster = CLUSTERS["dgx-a100"].sized(256)
+    scn = Scenario(model, cluster, JobSpec(global_batch=1024, seq_len=2048))
+    cfg = LayerConfig(8, True, 1, "none")
+    plain = Candidate(cfg, pp=4, dp=8)
+    inter = Candidate(cfg, pp=4, dp=8, vp=3)
+    assert scn.inflight(plain).tolist() == [4, 3, 2, 1]
+    # Megatron's interleaved warm-up, (p - d - 1) * 2 + (v - 1) * p chunks, plus one
+    assert scn.inflight(inter).tolist()[:4] == [6 + 8 + 1, 4 + 8 + 1, 2 + 8 + 1, 0 + 8 + 1]
+    job = dict(tp=8, pp=4, dp=8, micro_batch=1, sp=True, zero=1)
+    one = nest.evaluate(model, cluster, scn.job, **job)
+    three = nest.evaluate(model, cluster, scn.job, vp=3, **job)
+    assert three.breakdown_s["bubble"] < one.breakdown_s["bubble"] / 2
+    assert len(three.stages) == 12 and [s.devices for s in three.stages[:4]] == \
+        [s.devices for s in three.stages[4:8]]
+
+
+TINY_MOE = ModelSpec(name="tiny-moe", num_layers=4, hidden=512, num_heads=8, ffn_hidden=1024,
+                     vocab_size=1000, seq_len=1024, mlp="swiglu", norm="rmsnorm", bias=False,
+                     tied_embeddings=False, position_embedding="rope", dropout=False,
+                     num_experts=4, experts_per_token=2, moe_layer_interval=2)
+EVERYTHING = SpaceLimits(sp=(False, True), zero=(0, 1, 2, 3),
+                         rank_order=("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"))
+
+
+@pytest.mark.parametrize("memory_gib", [80, 0.6])
+def test_joint_plan_is_the_exhaustive_optimum(memory_gib):
+    cluster = CLUSTERS["dgx-a100"].sized(8)
+    cluster = replace(cluster, device=replace(cluster.device, memory_bytes=memory_gib * 2**30))
+    job = JobSpec(global_batch=8, seq_len=1024, reserved_memory_bytes=0.25 * 2**30)
+    scn = Scenario(TINY_MOE, cluster, job)
+    partials = enumerate_partials(TINY_MOE, cluster, job, scn.num_nodes, EVERYTHING)
+    cands = expand(partials, np.arange(len(partials)), EVERYTHING)
+    assert {c.cfg.ep for c in cands} == {1, 2, 4} and {c.cfg.cp for c in cands} == {1, 2}
+    assert {c.vp for c in cands} >= {1, 2} and {c.zero for c in cands} == {0, 1, 2, 3}
+    problem = _problem(scn, cands)
+    optimum = min(found[0] for n in range(len(cands)) if (found := brute_force(problem, n)))
+    plan = nest.plan(TINY_MOE, cluster, job)
+    assert round(plan.step_time_s * 1e12) == optimum
+    assert plan.memory_max_bytes <= cluster.device.memory_bytes
+
+
+def test_joint_expert_search_beats_every_fixed_ep():
+    """No single hand-picked EP degree is right for both cluster sizes; the joint search
+    finds each scenario's best."""
+    model = MODELS["mixtral-8x7b"]
+    job = JobSpec(global_batch=256, seq_len=4096)
+    scenarios = [nest.load_cluster("dgx-h100", devices=n) for n in (16, 256)]
+    joint = [nest.plan(model, c, job) for c in scenarios]
+    assert len({p.parallelism["ep"] for p in joint}) == 2
+    for ep in (1, 2, 4, 8):
+        fixed = []
+        for cluster in scenarios:
+            try:
+                fixed.append(nest.plan(model, cluster, job, limits=SpaceLimits(ep=(ep,))).step_time_s)
+            except nest.InfeasibleError:
+                fixed.append(float("inf"))
+        assert all(f >= j.step_time_s for f, j in zip(fixed, joint))
+        assert any(f > j.step_time_s for f, j in zip(fixed, joint)), ep
+
+
+def test_rank_order_changes_the_answer_on_a_slow_upper_tier():
+    """With a thin uplink above 4 nodes, putting pipeline neighbours outermost (the default)
+    or data-parallel peers outermost prices differently; the joint search takes the best."""
+    device = nest.load_device("h100-sxm")
+    cluster = nest.ClusterSpec("thin-top", device, (
+        Tier("nvlink", 8, 450e9, 3e-6), Tier("leaf", 4, 50e9, 5e-6), Tier("uplink", 4, 3e9, 10e-6)))
+    model, job = MODELS["llama2-13b"], JobSpec(global_batch=128, seq_len=4096)
+    by_order = {o: nest.plan(model, cluster, job, limits=SpaceLimits(rank_order=(o,)))
+                for o in ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")}
+    times = {o: p.step_time_s for o, p in by_order.items()}
+    assert times["tp-cp-ep-dp-pp"] != times["tp-cp-ep-pp-dp"]
+    joint = nest.plan(model, cluster, job)
+    assert joint.step_time_s == min(times.values())
+    assert joint.parallelism["rank_order"] == min(times, key=times.get)
+
+
+def test_moe_parameter_counts():
+    from nest.model import active_parameter_count, parameter_count
+    for name in ("mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3"):
+        m = MODELS[name]
+        assert parameter_count(m) == pytest.approx(m.published_parameters, rel=0.02)
+        assert active_parameter_count(m) == pytest.approx(m.published_active_parameters, rel=0.02)
+
+
+def test_json_reports_the_joint_dimensions(capsys):
+    from nest.cli import main
+    assert main(["plan", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--devices", "64",
+                 "--global-batch", "256", "--json"]) == 0
+    import json
+    doc = json.loads(capsys.readouterr().out)
+    p = doc["parallelism"]
+    assert {"ep", "cp", "vp", "zero", "rank_order", "expert_dp"} <= set(p)
+    assert p["tp"] * p["cp"] * p["dp"] % p["ep"] == 0
+    assert doc["model"]["active_parameters"] < doc["model"]["parameters"]
+    assert doc["breakdown_s"]["ep_comm"] >= 0 and "cp_comm" in doc["breakdown_s"]
