@@ -43,7 +43,6 @@ DeepSeek's multi-token-prediction layers and router bias.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -67,17 +66,9 @@ def read_hf_config(path_or_dict) -> dict:
     """
     if isinstance(path_or_dict, dict):
         return path_or_dict
-    file = Path(path_or_dict)
-    if not file.is_file():
-        raise SpecError(f"hf config = {str(path_or_dict)!r}: no such file")
-    try:
-        data = json.loads(file.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise SpecError(f"hf config = {str(path_or_dict)!r}: not JSON: {reason}") from None
-    if not isinstance(data, dict):
-        raise SpecError(f"hf config = {str(path_or_dict)!r}: must hold a JSON object, "
-                        f"got {type(data).__name__}")
+    from .loading import read_json_object
+
+    data = read_json_object(path_or_dict, "hf config")
     return data
 
 

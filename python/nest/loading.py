@@ -63,6 +63,21 @@ def read_spec_file(path: str, what: str) -> dict:
     return data
 
 
+def read_json_object(path, what: str) -> dict:
+    """Parse a JSON file holding an object; SpecError naming ``what`` and the file otherwise."""
+    file = Path(path)
+    if not file.is_file():
+        raise SpecError(f"{what} = {str(path)!r}: no such file")
+    try:
+        data = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise SpecError(f"{what} = {str(path)!r}: not JSON: {reason}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{what} = {str(path)!r}: must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
 def _preset(table: dict, name: str, what: str):
     if name not in table:
         raise SpecError(f"{what} = {name!r}: unknown preset (known: {', '.join(sorted(table))})")

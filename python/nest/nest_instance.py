@@ -47,7 +47,6 @@ Sequence lengths are not in the file; they follow the model named in the file na
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -370,16 +369,10 @@ def load_instance(path, *, boundary: str = "chain", seq_len: int | None = None) 
     """
     if boundary not in BOUNDARIES:
         raise SpecError(f"boundary = {boundary!r}: must be one of {', '.join(BOUNDARIES)}")
+    from .loading import read_json_object
+
+    data = read_json_object(path, "nest instance")
     file = Path(path)
-    if not file.is_file():
-        raise SpecError(f"nest instance = {str(path)!r}: no such file")
-    try:
-        data = json.loads(file.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise SpecError(f"nest instance = {str(path)!r}: not JSON: {reason}") from None
-    if not isinstance(data, dict):
-        raise SpecError(f"nest instance = {str(path)!r}: must hold a JSON object")
     name = file.stem
     where = f"nest instance {name}"
     match = _NAME.match(name)
