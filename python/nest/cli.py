@@ -40,7 +40,7 @@ def _int_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
 
 
-def _add_scenario(parser: argparse.ArgumentParser) -> None:
+def _add_scenario(parser: argparse.ArgumentParser, device_list: bool = False) -> None:
     parser.add_argument("--model", help="preset name, model file (JSON/YAML) or Hugging Face config.json")
     parser.add_argument("--cluster", help="preset name or cluster file (JSON/YAML)")
     parser.add_argument("--nest-instance", metavar="FILE",
@@ -49,7 +49,11 @@ def _add_scenario(parser: argparse.ArgumentParser) -> None:
                         help="measured layer profile (JSON/CSV) used instead of the analytic model")
     parser.add_argument("--emit", choices=("megatron", "deepspeed", "torchtitan"),
                         help="print the plan as launch arguments/config for this framework")
-    parser.add_argument("--devices", type=_positive_int, help="size a cluster preset to N devices")
+    if device_list:
+        parser.add_argument("--devices", type=_int_list, required=True,
+                            help="comma-separated device counts, e.g. 64,128,256,512,1024")
+    else:
+        parser.add_argument("--devices", type=_positive_int, help="size a cluster preset to N devices")
     parser.add_argument("--global-batch", type=_positive_int,
                         help="sequences per step (default: the model's published batch)")
     parser.add_argument("--seq-len", type=_positive_int, help="tokens per sequence (default: the model's)")
@@ -96,6 +100,17 @@ def build_parser() -> argparse.ArgumentParser:
                           help="parallel dimensions innermost first (default tp-cp-ep-dp-pp)")
     evaluate.add_argument("--layers-per-stage", type=_int_list,
                           help="layer-graph nodes per stage, first stage first (e.g. 13,12,...,13)")
+    evaluate.add_argument("--simulate", action="store_true",
+                          help="also simulate the step event by event and report both times")
+    evaluate.add_argument("--timeline", metavar="PNG",
+                          help="draw the simulated pipeline schedule (needs matplotlib: nest-planner[plot])")
+    compare = sub.add_parser("compare", help="compare strategies across device counts")
+    _add_scenario(compare, device_list=True)
+    compare.add_argument("--strategies", default="manual,topology-blind,mcmc,nest",
+                         help="comma-separated: manual, topology-blind, mcmc, nest")
+    compare.add_argument("--seed", type=int, default=0, help="MCMC seed")
+    compare.add_argument("--budget", type=_positive_int, help="MCMC proposals")
+    compare.add_argument("--plot", metavar="PNG", help="throughput plot (needs matplotlib)")
     models = sub.add_parser("models", help="list model presets")
     models.add_argument("--json", action="store_true")
     clusters = sub.add_parser("clusters", help="list cluster and device presets")
@@ -119,7 +134,8 @@ def _scenario(args) -> dict:
                 "source": setup.source, "limits": setup.limits, "setup": setup}
     if not args.cluster:
         raise SpecError("cluster: missing; pass --cluster (or --nest-instance)")
-    cluster = load_cluster(args.cluster, args.devices)
+    devices = args.devices[0] if isinstance(args.devices, list) else args.devices  # compare: a list
+    cluster = load_cluster(args.cluster, devices)
     source = limits = None
     if args.profile:
         from .measured import MeasuredSource
@@ -201,6 +217,8 @@ def _run(args) -> int:
     setup = scenario.pop("setup", None)
     limits = scenario.pop("limits") or SpaceLimits()
     common = {"engine": args.engine, "threads": args.threads, **scenario}
+    if args.command == "compare":
+        return _compare(args, scenario, limits)
     if args.command == "plan":
         if args.rank_order:
             limits = replace(limits, rank_order=tuple(args.rank_order))
@@ -223,7 +241,43 @@ def _run(args) -> int:
         result = evaluate(sp=args.sp, distributed_optimizer=args.distributed_optimizer, zero=args.zero,
                           cp=args.cp, ep=args.ep, vp=args.vp, rank_order=args.rank_order, **fixed,
                           **common)
+    if args.command == "evaluate" and (args.simulate or args.timeline):
+        return _simulate(args, result, scenario)
     _print_plan(result, args)
+    return EXIT_OK
+
+
+def _simulate(args, result, scenario) -> int:
+    from .simulate import render_simulation, simulate, timeline_png
+
+    sim = simulate(result, scenario["model"], scenario["cluster"], scenario["job"],
+                   source=scenario["source"])
+    if args.timeline:
+        timeline_png(sim, args.timeline)
+    if args.json:
+        doc = result.to_dict()
+        doc["simulation"] = sim.to_dict()
+        print(json.dumps(doc, indent=2))
+    else:
+        _print_plan(result, args)
+        print()
+        print(render_simulation(sim), end="")
+    return EXIT_OK
+
+
+def _compare(args, scenario, limits) -> int:
+    from .compare import compare, compare_json, compare_plot, render_compare
+
+    if args.emit:
+        raise SpecError("emit: not available for compare")
+    strategies = tuple(s.strip() for s in args.strategies.split(",") if s.strip())
+    rows = compare(scenario["model"], args.cluster if not args.nest_instance else scenario["cluster"],
+                   args.devices, scenario["job"], strategies=strategies, seed=args.seed,
+                   budget=args.budget, engine=args.engine, threads=args.threads, limits=limits,
+                   source=scenario["source"])
+    if args.plot:
+        compare_plot(rows, args.plot)
+    print(compare_json(rows) if args.json else render_compare(rows))
     return EXIT_OK
 
 
