@@ -9,6 +9,8 @@ softmax) are bandwidth-bound. Fused attention runs at ``attention_efficiency`` o
 
 from __future__ import annotations
 
+import numpy as np
+
 from .specs import DeviceSpec
 
 
@@ -28,6 +30,13 @@ class KernelModel:
         flops = 2.0 * m * n * k
         traffic = (m * k + k * n + m * n) * self.dtype_bytes
         return max(flops / self.compute_rate, traffic / self.memory_rate) + self.overhead
+
+    def gemms(self, m, n, k) -> np.ndarray:
+        """:meth:`gemm` elementwise over numpy arrays (the same operations in the same
+        order, so every element equals the scalar result bit for bit)."""
+        flops = 2.0 * m * n * k
+        traffic = (m * k + k * n + m * n) * self.dtype_bytes
+        return np.maximum(flops / self.compute_rate, traffic / self.memory_rate) + self.overhead
 
     def stream(self, nbytes: float, kernels: int = 1) -> float:
         """Bandwidth-bound kernels moving ``nbytes`` in total."""

@@ -8,6 +8,7 @@ the cluster has takes the first ``devices_used`` devices, which keeps it compact
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -117,3 +118,105 @@ def expert_groups(layout: Layout, ep: int) -> tuple[np.ndarray, np.ndarray]:
     ep_groups = runs.reshape(-1, ep)
     edp_groups = runs.transpose(0, 2, 1).reshape(-1, runs.shape[1])
     return ep_groups, edp_groups
+
+
+# -- communicator families as mixed-radix sets -----------------------------------------
+#
+# Every communicator group of a layout is ``leader + offsets`` where both the offsets
+# and the leaders are mixed-radix sets ``{sum_d stride_d * c_d : 0 <= c_d < degree_d}``
+# over some of the layout's dimensions (nested: a larger stride is a multiple of the
+# smaller ones times their degrees). Pricing a group on the network only looks at which
+# tier blocks its members fall into (network.group_shape, ring_link, tier_of_pair), and
+# every tier block of every tier but the outermost has a size dividing ``period`` (the
+# devices of one group of the second-outermost tier). Translating a group by a multiple
+# of ``period`` therefore leaves its price unchanged. A leader dimension's values
+# ``stride * c`` repeat modulo ``period`` once ``c`` reaches ``period / gcd(stride,
+# period)``, so cutting every leader degree to that length keeps exactly the same set of
+# leader residues: the reduced family has exactly the distinct group prices of the full
+# one, with far fewer groups, and a key that many layouts share.
+
+Dims = tuple[tuple[int, int], ...]
+
+
+def _merge(dims) -> Dims:
+    """(stride, degree) pairs by stride, degree-1 dimensions dropped, adjacent ones merged."""
+    out: list[tuple[int, int]] = []
+    for stride, degree in sorted((s, g) for s, g in dims if g > 1):
+        if out and out[-1][0] * out[-1][1] == stride:
+            out[-1] = (out[-1][0], out[-1][1] * degree)
+        else:
+            out.append((stride, degree))
+    return tuple(out)
+
+
+def reduce_leaders(dims: Dims, period: int) -> Dims:
+    """``dims`` cut to the degrees whose values are distinct modulo ``period`` (see above)."""
+    return _merge((s, min(g, period // math.gcd(s, period))) for s, g in dims)
+
+
+def mixed_radix(dims: Dims) -> np.ndarray:
+    """The sorted set ``{sum stride * c}`` of ``dims``."""
+    values = np.zeros(1, dtype=np.int64)
+    for stride, degree in dims:
+        values = (values[:, None] + stride * np.arange(degree, dtype=np.int64)[None, :]).ravel()
+    values.sort()
+    return values
+
+
+def family_groups(offsets: Dims, leaders: Dims) -> np.ndarray:
+    """``[groups, size]`` device indices, rows ascending."""
+    return mixed_radix(leaders)[:, None] + mixed_radix(offsets)[None, :]
+
+
+def dims_of(layout: Layout, names) -> Dims:
+    strides = layout.strides()
+    return _merge((strides[d], layout.degrees.get(d, 1)) for d in names)
+
+
+def joint_family(layout: Layout, dims: tuple[str, ...]) -> tuple[Dims, Dims]:
+    """(offsets, leaders) of :func:`joint_groups` ``(layout, dims)``."""
+    others = [d for d in DIMENSIONS if d not in dims]
+    return dims_of(layout, dims), dims_of(layout, others)
+
+
+def expert_families(layout: Layout, ep: int) -> tuple[tuple[Dims, Dims], tuple[Dims, Dims]] | None:
+    """(offsets, leaders) of the EP groups and of the expert-DP groups of
+    :func:`expert_groups`, or None when runs of ``ep`` do not split the stage's
+    dimensions (then only the explicit groups describe them).
+
+    A stage's tensor x context x data ranks in ascending order are the mixed-radix set of
+    those dimensions with the smallest stride as the fastest digit; a run of ``ep``
+    consecutive ranks fixes every digit but the first ones whose degrees multiply to
+    ``ep`` (the last of them possibly split), and the expert-DP group fixes exactly those.
+    """
+    stage = dims_of(layout, ("tp", "cp", "dp"))
+    outer = dims_of(layout, ("pp",))
+    need, run, rest = ep, [], []
+    for stride, degree in stage:
+        if need == 1:
+            rest.append((stride, degree))
+        elif need % degree == 0:
+            run.append((stride, degree))
+            need //= degree
+        elif degree % need == 0:
+            run.append((stride, need))
+            rest.append((stride * need, degree // need))
+            need = 1
+        else:
+            return None
+    if need != 1:
+        return None
+    run_dims, rest_dims = _merge(run), _merge(rest)
+    return (run_dims, _merge(rest_dims + outer)), (rest_dims, _merge(run_dims + outer))
+
+
+def boundary_tiers_reduced(layout: Layout, cluster: ClusterSpec, period: int) -> np.ndarray:
+    """:meth:`Layout.boundary_tiers` from each stage's ranks reduced modulo ``period``
+    (the tier of a pair of devices is unchanged by translating both by a multiple of it)."""
+    pp = layout.degrees.get("pp", 1)
+    stride = layout.strides()["pp"]
+    offsets = mixed_radix(reduce_leaders(dims_of(layout, [d for d in DIMENSIONS if d != "pp"]), period))
+    stage = np.arange(pp, dtype=np.int64)
+    ranks = stage[:, None] * stride + offsets[None, :]
+    shift = np.where(stage < pp - 1, stride, -(pp - 1) * stride)
+    return tier_of_pair(cluster, ranks, ranks + shift[:, None]).max(axis=1)

@@ -75,7 +75,10 @@ class GroupShape:
         return alpha, beta
 
     def reduce_scatter(self, nbytes: float) -> float:
-        """Seconds for a reduce-scatter of ``nbytes`` (the full buffer on every rank)."""
+        """Seconds for a reduce-scatter of ``nbytes`` (the full buffer on every rank); nothing
+        to reduce costs nothing (no latency either)."""
+        if nbytes <= 0:
+            return 0.0
         alpha, beta = self.reduce_scatter_terms()
         return alpha + beta * nbytes
 
@@ -162,3 +165,74 @@ def point_to_point(cluster: ClusterSpec, tier: int, nbytes: float) -> float:
     """Seconds to send ``nbytes`` between two devices whose innermost common tier is ``tier``."""
     t = cluster.tiers[tier]
     return t.latency + nbytes / t.effective_bandwidth
+
+
+# -- lower bounds over every placement a group can have ---------------------------------
+
+
+@dataclass(frozen=True)
+class ShapeFloor:
+    """Lower bounds on the alpha-beta terms of any group of ``size`` ranks whose members
+    are at least ``spacing`` device indices apart, wherever a layout puts it.
+
+    Each term is the minimum, over every shape such a group can have, of that term as
+    :class:`GroupShape` computes it (same code, so the minimum is attained bit for bit by
+    some shape and no shape is below it). The shapes are every uniform decomposition
+    ``factors`` (product ``size``, ``factors[t] <= fanout[t]``, and at most
+    ``ceil(devices per tier-t group / spacing)`` members in one tier-t group, which is the
+    product of ``factors[:t+1]``) and every flat ring on a tier whose groups can hold a
+    span of ``(size - 1) * spacing + 1`` devices (non-uniform groups).
+    """
+
+    rs_alpha: float
+    rs_beta: float
+    a2a_alpha: float
+    a2a_beta: float
+
+
+def shape_floor(cluster: ClusterSpec, size: int, spacing: int) -> ShapeFloor:
+    bandwidth = tuple(t.effective_bandwidth for t in cluster.tiers)
+    latency = tuple(t.latency for t in cluster.tiers)
+    sizes = cluster.group_sizes()
+    fanouts = [t.fanout for t in cluster.tiers]
+    shapes: list[tuple[int, ...]] = []
+
+    def extend(prefix: tuple[int, ...], members: int, remaining: int) -> None:
+        t = len(prefix)
+        if t == len(fanouts):
+            if remaining == 1:
+                shapes.append(prefix)
+            return
+        room = -(-sizes[t] // spacing)
+        for f in range(1, min(fanouts[t], remaining) + 1):
+            if remaining % f == 0 and members * f <= room:
+                extend(prefix + (f,), members * f, remaining // f)
+
+    extend((), 1, size)
+    for t in range(len(fanouts)):
+        if (size - 1) * spacing + 1 <= sizes[t]:
+            shapes.append(tuple(size if u == t else 1 for u in range(len(fanouts))))
+    if not shapes:  # a group cannot exist in this cluster: no bound beyond zero
+        return ShapeFloor(0.0, 0.0, 0.0, 0.0)
+    groups = [GroupShape(f, bandwidth, latency) for f in shapes]
+    rs = [g.reduce_scatter_terms() for g in groups]
+    a2a = [g.all_to_all_terms() for g in groups]
+    return ShapeFloor(min(a for a, _ in rs), min(b for _, b in rs), min(a for a, _ in a2a),
+                      min(b for _, b in a2a))
+
+
+def ring_floor(cluster: ClusterSpec, span: int) -> tuple[float, float]:
+    """Lower bound on :func:`ring_link` of rings spanning at least ``span`` consecutive
+    device indices: the ring's slowest link is on the tier of the smallest tier group
+    holding the ring, which must hold the span (minimum over those tiers, per term)."""
+    if span < 2:
+        return 0.0, 0.0
+    sizes = cluster.group_sizes()
+    tiers = [t for t, size in zip(cluster.tiers, sizes) if size >= span] or [cluster.tiers[-1]]
+    return min(t.latency for t in tiers), min(1.0 / t.effective_bandwidth for t in tiers)
+
+
+def pair_tier_floor(cluster: ClusterSpec, distance: int) -> int:
+    """Lowest :func:`tier_of_pair` of two devices ``distance`` apart: they are in different
+    groups of every tier whose groups are not larger than the distance."""
+    return sum(1 for size in cluster.group_sizes()[:-1] if size <= distance)

@@ -1,12 +1,51 @@
 """The search: bound every candidate, solve the promising ones with the stage DP.
 
-Partial candidates (everything but the ZeRO stage and the rank order) are sorted by a
-cheap lower bound: compute-only time, ``(m v + p - 1) x max(ceil(sum / (p v)), largest
-node)``. They are expanded and priced in fixed-size batches: each batch gets exact
-per-candidate tables (every group placed on the network by its rank order) and an exact
-lower bound, the DP prunes inside it, and later batches keep only partials whose cheap
-bound does not exceed the best objective found. Batch boundaries do not depend on the
-thread count, so the result is deterministic.
+The result is the candidate with the smallest objective and, among equal objectives, the
+first in the order ``(cheap bound, partial index, expansion position)`` -- the order in
+which earlier versions of nest solved candidates, so ties resolve as they did. Everything
+else only decides how fast that candidate is found: candidates are discarded only by
+lower bounds on their objective, compared non-strictly (a candidate whose bound equals
+the incumbent is still solved, so ties are seen).
+
+1. **Partials** (everything but the ZeRO stage and the rank order) are enumerated in
+   chunks (:class:`~nest.space.PartialSpace`). The memory filter is the historical one
+   (the most frugal sharding). ``lb1`` bounds every candidate of a partial:
+   ``(m v + p - 1) x max(ceil((sum t + 2 (P - 1) s) / P), max t + s)`` with ``P = p v``,
+   node times ``t`` whose communication terms are floors (below), ZeRO-2/3 traffic and the
+   end-of-step sync left out (both >= 0), and ``s`` the cheapest send of any node's output
+   on any tier. One pass keeps at least ``KEEP`` partials with the smallest ``lb1``;
+   another pass collects the rest only if the best objective exceeds the largest kept.
+2. **Blocks** of the smallest ``lb1`` (every partial up to a threshold) are expanded while
+   ``lb1`` does not exceed the incumbent; each full candidate gets ``lb2``: the same time
+   bound with its own ZeRO-2/3 traffic, rank-order strides and pipeline tiers, plus
+   ``G(w_floor)``, the sync and optimizer step of the heaviest stage at floor prices.
+3. **Pricing**: candidates are priced exactly in ``lb2`` order, ``SUB_BATCH`` at a time;
+   those whose exact-table bound (exact node times, the cheapest send on each boundary's
+   real tier, exact sync prices) does not exceed the incumbent go to the stage DP.
+
+Why the bounds are valid:
+
+* *Floors*: a group of ``n`` ranks whose members are at least ``d`` device indices apart
+  (``d`` the smallest stride of its dimensions under the rank order; EP groups are runs of
+  a stage's ranks, expert-DP groups take every ``ep``-th) has one of the shapes
+  :class:`~nest.network.ShapeFloor` enumerates, so each alpha/beta term of its price is at
+  least that term's minimum over them; a ring spanning at least ``(n - 1) d + 1`` devices
+  sits on a tier whose groups hold that span (:func:`~nest.network.ring_floor`); a pipeline
+  pair a stride ``q`` apart is in different groups of every tier whose groups have at most
+  ``q`` devices (:func:`~nest.network.pair_tier_floor`). Degrees unknown for ``lb1`` are
+  taken as 1, which only shrinks strides. Every price is built from these terms and the
+  node's fixed costs by additions, multiplications by non-negative numbers and ``max(0,
+  .)``; IEEE rounding is monotone, so lower terms give lower or equal seconds, and
+  rounding to picoseconds and ``G(w) = floor(g0 + g1 w + 0.5)`` are monotone too.
+* *Split*: for any split into ``P`` stages, ``sum_k T_k = sum of node times + 2 x sum over
+  boundaries of the send of the boundary node`` (the stage before sends its output
+  forward, the stage after sends the gradient back, both on the boundary's tier), so
+  ``max_k T_k >= ceil(sum_k T_k / P)``; the stage holding the slowest node also sends at
+  least once when ``P > 1``. The heaviest stage has ``W >= max(ceil(sum W / P), max node
+  W)``. The objective ``scale x max T + G(max W)`` is monotone in both.
+
+Batches are formed from the data and the incumbent only, never from thread timing, and
+the DP's result does not depend on the thread count: the search is deterministic.
 """
 
 from __future__ import annotations
@@ -17,18 +56,22 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from . import engine as engines
-from .dp_problem import INF, INFEASIBLE, DPProblem, DPResult
+from .dp_problem import INF, INFEASIBLE, SOLVED, DPProblem, DPResult
 from .dp_reference import stage_details
 from .errors import InfeasibleError, SpecError
 from .layout import DEFAULT_ORDER, parse_order
 from .loading import load_cluster, load_model
 from .result import Plan, build_plan
-from .space import RANK_ORDERS, Partials, SpaceLimits, check_tp, enumerate_partials, expand
+from .space import (RANK_ORDERS, PartialChunk, Partials, PartialSpace, SpaceLimits, check_tp,
+                    enumerate_partials, expand, expand_arrays)
 from .specs import ClusterSpec, JobSpec, ModelSpec
-from .tables import Candidate, Scenario
+from .tables import PS, Candidate, CandidateArrays, ConfigTable, Scenario, to_ps
 
-BATCH = 192
-"""Partial candidates expanded and solved per DP call."""
+BLOCK = 2048
+"""Partial candidates (at least) whose full candidates are bounded together."""
+
+SUB_BATCH = 64
+"""Candidates priced exactly and handed to the stage DP per call."""
 
 GiB = 2**30
 
@@ -39,53 +82,209 @@ def _ceil_div(a, b):
 
 @dataclass
 class _Bounds:
-    cheap: np.ndarray  # lower bound on the objective (picoseconds)
+    cheap: np.ndarray  # the historical cheap bound (picoseconds): the tie-breaking order
     memory: np.ndarray  # lower bound on the peak memory (bytes)
 
 
-def _bounds(scn: Scenario, partials: Partials, limits: SpaceLimits) -> _Bounds:
-    orders = limits.rank_order or RANK_ORDERS
-    rows = scn.compute_rows(partials.configs, with_comm=all(o.startswith("tp-cp-") for o in orders))
-    c, p, v = partials.config, partials.pp, partials.vp
-    mbs = np.array([cfg.micro_batch for cfg in partials.configs], dtype=np.int64)[c]
-    m = scn.job.global_batch // (partials.dp * mbs)
-    positions = p * v
-    time_floor = np.maximum(_ceil_div(rows["time_ps"].sum(axis=1)[c], positions), rows["time_ps"].max(axis=1)[c])
-    cheap = (m * v + p - 1) * time_floor
-    # Memory: the most frugal sharding (ZeRO-3 over data x context, experts over theirs).
-    opt, wb = scn.job.optimizer, scn.weight_bytes
-    cp = np.array([cfg.cp for cfg in partials.configs], dtype=np.int64)[c]
-    tp = np.array([cfg.tp for cfg in partials.configs], dtype=np.int64)[c]
-    ep = np.array([cfg.ep for cfg in partials.configs], dtype=np.int64)[c]
-    per_param = wb + opt.grad_bytes + opt.sharded_bytes
-    dense = rows["params"].sum(axis=1)[c] * per_param / (partials.dp * cp)
-    expert = rows["expert_params"].sum(axis=1)[c] * per_param / (tp * cp * partials.dp // ep)
-    acts = rows["act_bytes"].sum(axis=1)[c]
-    memory = scn.job.reserved_memory_bytes + rows["transient"][c] + (dense + expert + acts) / p
-    return _Bounds(cheap, memory)
+def _orders(limits: SpaceLimits) -> tuple[str, ...]:
+    orders = tuple(limits.rank_order or RANK_ORDERS)
+    for order in orders:
+        parse_order(order)
+    return orders
+
+
+def _config_sums(scn: Scenario, kind_values: np.ndarray) -> np.ndarray:
+    """Per row, the sum over the layer chain of per-kind integers."""
+    return (kind_values * scn.kind_count).sum(axis=1)
+
+
+def _memory_factors(scn: Scenario, table: ConfigTable) -> tuple[np.ndarray, np.ndarray]:
+    """Per configuration, the factors of :func:`_memory_bound` (one row each, a single
+    gather): dense and expert parameter bytes, cp, tp x cp, ep, activation bytes; and the
+    fixed part (reserved + transient)."""
+    if "memory" not in table._cache:
+        arrays = table.arrays
+        opt, wb = scn.job.optimizer, scn.weight_bytes
+        per_param = wb + opt.grad_bytes + opt.sharded_bytes
+        table._cache["memory"] = (
+            np.stack([_config_sums(scn, table.cols["params_dense"]) * per_param, arrays.cp,
+                      _config_sums(scn, table.cols["params_expert"]) * per_param, arrays.tp * arrays.cp,
+                      arrays.ep, _config_sums(scn, table.cols["act_bytes"])], axis=1),
+            scn.job.reserved_memory_bytes + table.transient)
+    return table._cache["memory"]
+
+
+def _memory_bound(scn: Scenario, table: ConfigTable, partials: Partials) -> np.ndarray:
+    """Lower bound on the peak memory per device (the most frugal sharding: ZeRO-3 over
+    data x context, experts over theirs; activations of one micro-batch per stage)."""
+    per_config, fixed = _memory_factors(scn, table)
+    c, p, dp = partials.config, partials.pp, partials.dp
+    dense, cp, expert, tp_cp, ep, acts = per_config[c].T
+    return fixed[c] + (dense / (dp * cp) + expert / (tp_cp * dp // ep) + acts) / p
+
+
+def _chunk_memory(scn: Scenario, table: ConfigTable, chunk: PartialChunk) -> np.ndarray:
+    """:func:`_memory_bound` of a chunk's partials: the parameter terms are one value per
+    loop combination (all its partials have the same parameters), then the remaining
+    operations per partial, in the same order."""
+    per_config, fixed = _memory_factors(scn, table)
+    first = np.concatenate(([0], np.flatnonzero(np.diff(chunk.owner)) + 1))
+    dense, cp, expert, tp_cp, ep, _ = per_config[chunk.config[first]].T
+    shared = dense / (chunk.dp * cp) + expert / (tp_cp * chunk.dp // ep)
+    owner = chunk.owner
+    return fixed[chunk.config] + (shared[owner] + per_config[chunk.config, 5]) / chunk.pp[owner]
+
+
+def _send_floors(scn: Scenario, table: ConfigTable) -> np.ndarray:
+    """``[config, tier]``: the cheapest send of any node but the last on that tier or
+    any tier above it (what a boundary at least costs when it crosses that tier)."""
+    senders = np.unique(scn.kind_index[:-1])
+    if not len(senders):
+        return np.zeros(table.send_ps.shape[:2], dtype=np.int64)
+    cheapest = table.send_ps[:, :, senders].min(axis=2)
+    return np.minimum.accumulate(cheapest[:, ::-1], axis=1)[:, ::-1]
+
+
+def _time_floor(t_sum, t_max, positions, send):
+    """Largest stage time of any split into ``positions`` stages, at least: the mean of
+    the stage times (which include two sends per boundary) and the stage of the slowest
+    node (which sends at least once when there are several stages)."""
+    send = np.where(positions > 1, send, 0)
+    return np.maximum(_ceil_div(t_sum + 2 * (positions - 1) * send, positions), t_max + send)
+
+
+def _sync_floor(g0, g1, w_sum, w_max, positions):
+    """``G`` of the stage with the most parameters, at least (as the DP evaluates it)."""
+    w_floor = np.maximum(_ceil_div(w_sum, positions), w_max)
+    return np.floor(g0 + g1 * w_floor.astype(np.float64) + 0.5).astype(np.int64)
+
+
+def _partial_bound(scn: Scenario, table: ConfigTable, partials: Partials, index: np.ndarray,
+                   orders: tuple[str, ...]) -> np.ndarray:
+    """``lb1`` of the partials at ``index`` (see the module docstring)."""
+    return _partial_bound_of(scn, table, partials.config[index], partials.pp[index], partials.dp[index],
+                             partials.vp[index], orders)
+
+
+def _partial_bound_of(scn: Scenario, table: ConfigTable, c, p, dp, v, orders: tuple[str, ...]) -> np.ndarray:
+    if "lb1" not in table._cache:
+        pseudo = CandidateArrays(np.arange(len(table)), *(np.ones(len(table), dtype=np.int64) for _ in range(3)),
+                                 np.zeros(len(table), dtype=np.int64), np.zeros(len(table), dtype=np.int64),
+                                 orders)
+        # degrees unknown at this level are 1: strides, hence spacings, only shrink
+        terms = scn.floor_terms(table, pseudo, orders=orders)
+        kinds = to_ps(scn.kind_seconds(table, pseudo, terms, zero_comm=False))
+        table._cache["lb1"] = np.stack([_config_sums(scn, kinds), kinds.max(axis=1), _send_floors(scn, table)[:, 0],
+                                        table.arrays.micro_batch], axis=1)
+    t_sum, t_max, send, micro_batch = table._cache["lb1"][c].T
+    m = scn.job.global_batch // (dp * micro_batch)
+    return (m * v + p - 1) * _time_floor(t_sum, t_max, p * v, send)
+
+
+def _candidate_bound(scn: Scenario, table: ConfigTable, cands: CandidateArrays) -> np.ndarray:
+    """``lb2`` of every candidate (see the module docstring)."""
+    terms = scn.floor_terms(table, cands)
+    kinds = to_ps(scn.kind_seconds(table, cands, terms))
+    positions = cands.pp * cands.vp
+    if "sends" not in table._cache:
+        table._cache["sends"] = _send_floors(scn, table)
+    send = table._cache["sends"][cands.config, scn.boundary_floor(table, cands)]
+    micro = scn.job.global_batch // (cands.dp * table.arrays.micro_batch[cands.config])
+    scale = micro * cands.vp + cands.pp - 1
+    sync = scn.sync_columns(cands, terms)
+    dense = table.cols["params_dense"][cands.config].astype(np.float64)
+    expert = table.cols["params_expert"][cands.config].astype(np.float64)
+    weights = to_ps(sync["dense"][:, None] * dense + sync["expert"][:, None] * expert)
+    g = _sync_floor(sync["fixed_s"] * PS, cands.vp.astype(np.float64), _config_sums(scn, weights),
+                    weights.max(axis=1), positions)
+    return scale * _time_floor(_config_sums(scn, kinds), kinds.max(axis=1), positions, send) + g
+
+
+def _table_bound(rows: dict) -> np.ndarray:
+    """Lower bound on each candidate's objective from its exact tables: the time floor
+    with the cheapest send of each boundary's own tier, and the sync floor."""
+    offset = rows["pos_offset"]
+    positions = np.diff(offset)
+    n = len(positions)
+    owner = np.repeat(np.arange(n), positions)
+    boundary = rows["pos_tier"] >= 0
+    cheapest = rows["send_ps"][:, :, :-1].min(axis=2) if rows["send_ps"].shape[2] > 1 else \
+        np.zeros(rows["send_ps"].shape[:2], dtype=np.int64)
+    sends = cheapest[owner[boundary], rows["pos_tier"][boundary]]
+    send_sum = np.zeros(n, dtype=np.int64)
+    np.add.at(send_sum, owner[boundary], sends)
+    send_min = np.full(n, np.iinfo(np.int64).max)
+    np.minimum.at(send_min, owner[boundary], sends)
+    send_min = np.where(positions > 1, send_min, 0)
+    time_ps, params = rows["time_ps"], rows["params"]
+    t_floor = np.maximum(_ceil_div(time_ps.sum(axis=1) + 2 * send_sum, positions),
+                         time_ps.max(axis=1) + send_min)
+    g = _sync_floor(rows["g0"], rows["g1"], params.sum(axis=1), params.max(axis=1), positions)
+    return rows["scale"] * t_floor + g
+
+
+def _bounds(scn: Scenario, partials: Partials, limits: SpaceLimits, table: ConfigTable | None = None) -> _Bounds:
+    """The historical cheap bound and the memory bound of every partial candidate."""
+    table = scn.config_table(partials.configs, partials.config_arrays) if table is None else table
+    return _Bounds(_cheap(scn, table, partials, np.arange(len(partials)), _orders(limits)),
+                   _memory_bound(scn, table, partials))
+
+
+def _cheap(scn: Scenario, table: ConfigTable, partials: Partials, index: np.ndarray,
+           orders: tuple[str, ...]) -> np.ndarray:
+    """The cheap bound earlier versions sorted partials by: ``(m v + p - 1) x max(ceil(sum /
+    (p v)), largest node)``, node times on the configuration's innermost layout."""
+    c = partials.config[index]
+    with_comm = all(o.startswith("tp-cp-") for o in orders)
+    cache = table._cache.setdefault(("cheap", with_comm), {})
+    missing = np.setdiff1d(c, np.fromiter(cache, dtype=np.int64, count=len(cache)))
+    if len(missing):
+        kinds = scn._inner_kind_ps(table, with_comm, missing)
+        for i, t_sum, t_max in zip(missing.tolist(), _config_sums(scn, kinds).tolist(), kinds.max(axis=1).tolist()):
+            cache[i] = (t_sum, t_max)
+    t_sum = np.array([cache[i][0] for i in c.tolist()], dtype=np.int64)
+    t_max = np.array([cache[i][1] for i in c.tolist()], dtype=np.int64)
+    p, v = partials.pp[index], partials.vp[index]
+    m = scn.job.global_batch // (partials.dp[index] * table.arrays.micro_batch[c])
+    return (m * v + p - 1) * np.maximum(_ceil_div(t_sum, p * v), t_max)
 
 
 def _problem(scn: Scenario, cands: list[Candidate], capacity: float | None = None) -> DPProblem:
-    rows = scn.rows(cands)
-    positions = np.diff(rows["pos_offset"])
-    t_sum, t_max = rows["time_ps"].sum(axis=1), rows["time_ps"].max(axis=1)
-    w_sum, w_max = rows["params"].sum(axis=1), rows["params"].max(axis=1)
-    time_floor = np.maximum(_ceil_div(t_sum, positions), t_max)
-    w_floor = np.maximum(_ceil_div(w_sum, positions), w_max)
-    bound = rows["scale"] * time_floor + np.floor(rows["g0"] + rows["g1"] * w_floor + 0.5).astype(np.int64)
+    return _build_problem(scn, scn.rows(cands), capacity)
+
+
+def _build_problem(scn: Scenario, rows: dict, capacity: float | None = None) -> DPProblem:
     return DPProblem.build(
         time_ps=rows["time_ps"], params=rows["params"], mem_params=rows["mem_params"],
-        act_bytes=rows["act_bytes"], send_ps=rows["send_ps"], cand_config=np.arange(len(cands)),
+        act_bytes=rows["act_bytes"], send_ps=rows["send_ps"], cand_config=np.arange(len(rows["scale"])),
         cand_scale=rows["scale"], cand_mem_fixed=rows["mem_fixed"],
         cand_mem_per_param=rows["mem_per_param"], cand_g0=rows["g0"], cand_g1=rows["g1"],
-        cand_lower_bound=bound, pos_offset=rows["pos_offset"], pos_inflight=rows["pos_inflight"],
-        pos_tier=rows["pos_tier"],
+        cand_lower_bound=_table_bound(rows), pos_offset=rows["pos_offset"],
+        pos_inflight=rows["pos_inflight"], pos_tier=rows["pos_tier"],
         capacity=scn.cluster.device.memory_bytes if capacity is None else capacity)
+
+
+def _select(rows: dict, keep: np.ndarray) -> dict:
+    """The tables of the candidates ``keep`` (a boolean mask) only."""
+    offset = rows["pos_offset"]
+    positions = np.diff(offset)
+    position_keep = np.repeat(keep, positions)
+    out = {name: rows[name][keep] for name in ("time_ps", "params", "mem_params", "act_bytes", "send_ps",
+                                               "scale", "mem_fixed", "mem_per_param", "g0", "g1")}
+    out["pos_inflight"] = rows["pos_inflight"][position_keep]
+    out["pos_tier"] = rows["pos_tier"][position_keep]
+    out["pos_offset"] = np.concatenate(([0], np.cumsum(positions[keep]))).astype(np.int64)
+    return out
 
 
 @dataclass
 class SearchOutcome:
-    """The winning candidate with its batch problem and result, and search statistics."""
+    """The winning candidate with its batch problem and result, and search statistics.
+
+    ``evaluated``: candidates the stage DP solved; ``total``: candidates priced exactly
+    (tables built); ``bounded``: full candidates given a lower bound; ``partials``:
+    partial candidates enumerated.
+    """
 
     candidate: Candidate
     problem: DPProblem
@@ -93,37 +292,149 @@ class SearchOutcome:
     local: int
     evaluated: int
     total: int
+    bounded: int = 0
+    partials: int = 0
+
+
+class _Search:
+    """State of one search: the incumbent and its tie-breaking key, and counters."""
+
+    def __init__(self, scn: Scenario, table: ConfigTable, partials: Partials, numbers: np.ndarray,
+                 limits: SpaceLimits, engine: str, threads: int | None):
+        self.scn, self.table, self.partials, self.limits = scn, table, partials, limits
+        self.numbers = numbers  # each partial's index in the whole enumeration
+        self.engine, self.threads = engine, threads
+        self.orders = _orders(limits)
+        self.objective = INF
+        self.key: tuple | None = None
+        self.best: SearchOutcome | None = None
+        self.evaluated = self.priced = self.bounded = 0
+
+    def extend(self, partials: Partials, numbers: np.ndarray) -> None:
+        """Add partials (found by a later pass) to the ones blocks index into."""
+        old = self.partials
+        self.partials = Partials(old.configs, *(np.concatenate((getattr(old, f), getattr(partials, f)))
+                                                for f in ("config", "pp", "dp", "vp")), old.config_arrays)
+        self.numbers = np.concatenate((self.numbers, numbers))
+
+    def block(self, index: np.ndarray) -> None:
+        """Bound the full candidates of the partials at ``index``; price and solve the
+        promising ones, best bound first."""
+        cands, source, position = expand_arrays(self.partials, index, self.limits)
+        self.bounded += len(cands)
+        bound = _candidate_bound(self.scn, self.table, cands)
+        order = np.flatnonzero(bound <= self.objective)
+        order = order[np.argsort(bound[order], kind="stable")]
+        for start in range(0, len(order), SUB_BATCH):
+            sub = order[start:start + SUB_BATCH]
+            sub = sub[bound[sub] <= self.objective]
+            if not len(sub):
+                break  # sorted: every later candidate is bounded out too
+            self._solve(cands.take(sub), source[sub], position[sub])
+
+    def _solve(self, cands: CandidateArrays, source: np.ndarray, position: np.ndarray) -> None:
+        rows = self.scn.price(self.table, cands)
+        self.priced += len(cands)
+        keep = _table_bound(rows) <= self.objective
+        if not keep.any():
+            return
+        rows = _select(rows, keep)
+        cands, source, position = cands.take(keep), source[keep], position[keep]
+        problem = _build_problem(self.scn, rows)
+        result = engines.solve(problem, self.engine, self.threads)
+        self.evaluated += result.evaluated
+        solved = result.status == SOLVED
+        if not solved.any():
+            return
+        objective = int(result.objective[solved].min())
+        if objective > self.objective:
+            return
+        tied = np.flatnonzero(solved & (result.objective == objective))
+        cheap = _cheap(self.scn, self.table, self.partials, source[tied], self.orders)
+        keys = [(int(b), int(s), int(p)) for b, s, p in zip(cheap, self.numbers[source[tied]], position[tied])]
+        local = min(range(len(tied)), key=keys.__getitem__)
+        if objective < self.objective or keys[local] < self.key:
+            self.objective, self.key = objective, keys[local]
+            n = int(tied[local])
+            self.best = SearchOutcome(cands.candidate(self.table, n), problem, result, n, 0, 0)
+
+
+KEEP = 1 << 16
+"""Partials kept from the first pass (at least; those with the smallest lb1)."""
+
+
+class _Pass:
+    """One pass over the enumeration: the memory-feasible partials whose lb1 is in
+    ``(low, high]``, at most about ``KEEP`` of them (the smallest lb1; ``high`` drops to
+    the largest lb1 kept when the pass had to leave some out)."""
+
+    def __init__(self, scn: Scenario, table: ConfigTable, space: PartialSpace, orders, low: int, high: int):
+        self.high = high
+        parts, kept = [], 0
+        combos = 0
+        pp, dp, vp = [], [], []
+        self.count = 0
+        for chunk in space.chunks():
+            self.count += len(chunk)
+            pp.append(chunk.pp), dp.append(chunk.dp), vp.append(chunk.vp)
+            fits = np.flatnonzero(_chunk_memory(scn, table, chunk) <= scn.cluster.device.memory_bytes)
+            owner, config = chunk.owner[fits], chunk.config[fits]
+            bound = _partial_bound_of(scn, table, config, chunk.pp[owner], chunk.dp[owner], chunk.vp[owner], orders)
+            keep = (bound > low) & (bound <= self.high)
+            parts.append((bound[keep], owner[keep] + combos, config[keep], chunk.first + fits[keep]))
+            combos += len(chunk.pp)
+            kept += int(keep.sum())
+            if kept > 2 * KEEP:
+                bounds = np.concatenate([p[0] for p in parts])
+                self.high = int(np.partition(bounds, KEEP - 1)[KEEP - 1])
+                parts = [tuple(a[p[0] <= self.high] for a in p) for p in parts]
+                kept = sum(len(p[0]) for p in parts)
+        cat = lambda i, dtype=np.int64: (np.concatenate([p[i] for p in parts]) if parts  # noqa: E731
+                                         else np.zeros(0, dtype=dtype))
+        self.bound, owner, config, self.numbers = cat(0), cat(1), cat(2), cat(3)
+        combo = lambda values: np.concatenate(values)[owner] if values else np.zeros(0, dtype=np.int64)  # noqa: E731
+        self.partials = Partials(space.configs, config, combo(pp), combo(dp), combo(vp), space.config_arrays)
 
 
 def search(scn: Scenario, limits: SpaceLimits = SpaceLimits(), engine: str = "cpp",
            threads: int | None = None) -> SearchOutcome:
     """Find the best candidate; InfeasibleError if nothing fits in memory."""
-    partials = enumerate_partials(scn.model, scn.cluster, scn.job, scn.num_nodes, limits)
-    if len(partials) == 0:
-        raise InfeasibleError(f"no configuration of {scn.model.name} fits {scn.cluster.num_devices} "
-                              f"devices with global batch {scn.job.global_batch}")
-    bounds = _bounds(scn, partials, limits)
-    capacity = scn.cluster.device.memory_bytes
-    order = np.flatnonzero(bounds.memory <= capacity)
-    order = order[np.argsort(bounds.cheap[order], kind="stable")]
-    best_objective, best = INF, None
-    evaluated = total = 0
-    for start in range(0, len(order), BATCH):
-        index = order[start:start + BATCH]
-        index = index[bounds.cheap[index] <= best_objective]
-        if len(index) == 0:
-            break  # sorted: every later partial is bounded out too
-        cands = expand(partials, index, limits)
-        problem = _problem(scn, cands)
-        result = engines.solve(problem, engine, threads)
-        evaluated += result.evaluated
-        total += len(cands)
-        if result.best >= 0 and result.objective[result.best] < best_objective:
-            best_objective = int(result.objective[result.best])
-            best = SearchOutcome(cands[result.best], problem, result, result.best, 0, 0)
-    if best is None:
-        raise InfeasibleError(_memory_message(scn, partials, bounds, limits, engine, threads))
-    best.evaluated, best.total = evaluated, total
+    space = PartialSpace(scn.model, scn.cluster, scn.job, scn.num_nodes, limits)
+    table = scn.config_table(space.configs, space.config_arrays)
+    orders = _orders(limits)
+    state = None
+    low = -1
+    while True:
+        # Every pass after the first collects the partials the previous ones left out
+        # whose lb1 does not exceed the best objective.
+        found = _Pass(scn, table, space, orders, low, INF if state is None else state.objective)
+        if found.count == 0:
+            raise InfeasibleError(f"no configuration of {scn.model.name} fits {scn.cluster.num_devices} "
+                                  f"devices with global batch {scn.job.global_batch}")
+        if state is None:
+            state = _Search(scn, table, found.partials, found.numbers, limits, engine, threads)
+        else:
+            state.extend(found.partials, found.numbers)
+        offset = len(state.partials) - len(found.partials)
+        remaining, bound = np.arange(len(found.partials)) + offset, found.bound
+        while len(remaining):
+            keep = bound <= state.objective
+            remaining, bound = remaining[keep], bound[keep]
+            if not len(remaining):
+                break
+            take = bound <= (np.partition(bound, BLOCK - 1)[BLOCK - 1] if len(bound) > BLOCK else bound.max())
+            state.block(remaining[take])
+            remaining, bound = remaining[~take], bound[~take]
+        if found.high >= state.objective:
+            break  # every partial with lb1 <= the best objective was seen
+        low = found.high
+    if state.best is None:
+        partials = enumerate_partials(scn.model, scn.cluster, scn.job, scn.num_nodes, limits)
+        memory = _memory_bound(scn, table, partials)
+        raise InfeasibleError(_memory_message(scn, partials, _Bounds(None, memory), limits, engine, threads))
+    best = state.best
+    best.evaluated, best.total, best.bounded, best.partials = (state.evaluated, state.priced, state.bounded,
+                                                               found.count)
     return best
 
 

@@ -4,18 +4,35 @@ A :class:`Candidate` is one fully specified configuration. :class:`Scenario` pri
 node kinds are costed once per layer configuration (compute, memory, communication
 volumes); the candidate's rank order then places every communicator group on the
 network, which turns volumes into seconds, and the per-node rows of the DP follow.
+
+Two paths compute the same numbers. The scalar one (:meth:`Scenario.kind_costs`,
+:meth:`~Scenario.kind_times`, :meth:`~Scenario.sync_terms`) prices one candidate with
+Python objects; reports and the simulator read it. The columnar one
+(:meth:`Scenario.config_table`, :meth:`~Scenario.price`) prices many candidates with
+numpy: each expression mirrors its scalar twin operation for operation and in the same
+order, so every table entry is bit-identical (IEEE arithmetic is deterministic; integers
+stay integers until the scalar code converts them). :meth:`~Scenario.rows` and the
+search use it. Fed with :meth:`~Scenario.floor_terms` instead of a placement's exact
+group prices, the same expressions give lower bounds (they are monotone in every term).
+
+Placements price each communicator family on its reduced form (nest.layout): the same
+distinct group prices as all groups of the layout, from a handful of groups, cached
+across layouts.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 import numpy as np
 
 from .compute import KernelModel
-from .costs import KindCost, LayerConfig, NodeCostModel
-from .layout import DEFAULT_ORDER, Layout, expert_groups, joint_groups
+from .costs import (COST_FIELDS, OP_FIELDS, RECOMPUTE_MODES, ConfigArrays, KindCost, LayerConfig,
+                    NodeCostModel, kind_cost_columns, table_is_exact)
+from .layout import (DEFAULT_ORDER, Layout, boundary_tiers_reduced, expert_families, expert_groups,
+                     family_groups, joint_family, parse_order, reduce_leaders)
 from .model import active_parameter_count, chain_kinds, chain_names, parameter_count
-from .network import GroupShape, group_shape, ring_link
+from .network import GroupShape, group_shape, pair_tier_floor, ring_floor, ring_link, shape_floor
 from .specs import ClusterSpec, JobSpec, ModelSpec
 
 PS = 1e12
@@ -101,6 +118,7 @@ class AnalyticSource:
 
     def __init__(self, model: ModelSpec, job: JobSpec, kernels: KernelModel):
         self.model = model
+        self.job = job
         self.kinds = chain_kinds(model)
         self.names = chain_names(model)
         self.parameters = parameter_count(model)
@@ -111,13 +129,96 @@ class AnalyticSource:
         """The cost of a node of ``kind`` under ``cfg``."""
         return self._costs.cost(kind, cfg)
 
+    def table(self, kind: str, configs: ConfigArrays) -> dict[str, np.ndarray] | None:
+        """:data:`~nest.costs.COST_FIELDS` columns of ``kind`` under every configuration
+        (None when they could not be bit-identical to :meth:`cost`)."""
+        if not len(configs):
+            return None
+        if not table_is_exact(self.model, self.job, self._costs.e, int(configs.micro_batch.max())):
+            return None
+        return self._costs.table(kind, configs)
+
+
+# -- columnar tables ---------------------------------------------------------------------
+
+
+@dataclass
+class ConfigTable:
+    """Node-kind costs of many layer configurations: ``cols[name][config, kind]``."""
+
+    configs: Sequence[LayerConfig]
+    arrays: ConfigArrays
+    cols: dict[str, np.ndarray]
+    transient: np.ndarray  # [C] int64: largest transient bytes of any kind
+    send_ps: np.ndarray  # [C, tiers, kinds]: a node's output sent across a tier
+    _cache: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.configs)
+
+
+@dataclass
+class CandidateArrays:
+    """Candidates as columns: ``config`` indexes a :class:`ConfigTable`, ``order`` indexes
+    ``orders``."""
+
+    config: np.ndarray
+    pp: np.ndarray
+    dp: np.ndarray
+    vp: np.ndarray
+    zero: np.ndarray
+    order: np.ndarray
+    orders: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.config)
+
+    def take(self, index) -> "CandidateArrays":
+        return CandidateArrays(self.config[index], self.pp[index], self.dp[index], self.vp[index],
+                               self.zero[index], self.order[index], self.orders)
+
+    def candidate(self, table: ConfigTable, i: int) -> Candidate:
+        return Candidate(table.configs[int(self.config[i])], int(self.pp[i]), int(self.dp[i]),
+                         int(self.vp[i]), int(self.zero[i]), self.orders[int(self.order[i])])
+
+
+@dataclass
+class GroupTerms:
+    """Alpha-beta terms of a candidate's groups, one array entry per candidate: exact
+    (from its placement) or lower bounds over placements (see :meth:`Scenario.floor_terms`)."""
+
+    tp: tuple[np.ndarray, np.ndarray]  # reduce-scatter (alpha, beta)
+    cp_ring: tuple[np.ndarray, np.ndarray]  # (latency, seconds per byte)
+    ep: tuple[np.ndarray, np.ndarray]  # all-to-all (alpha, beta)
+    dense_dp: tuple[np.ndarray, np.ndarray]  # reduce-scatter (alpha, beta)
+    expert_dp: tuple[np.ndarray, np.ndarray]
+    dense_shards: np.ndarray
+    expert_shards: np.ndarray
+
+
+def _reduce_scatter(alpha, beta, nbytes):
+    """:meth:`GroupShape.reduce_scatter` elementwise (nothing to reduce costs nothing)."""
+    return np.where(nbytes <= 0, 0.0, alpha + beta * nbytes)
+
+
+def layout_strides(order: str, tp, cp, dp, pp) -> dict[str, np.ndarray]:
+    """:meth:`Layout.strides` elementwise over degree arrays (expert degree 1)."""
+    degrees = {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp}
+    strides, stride = {}, 1
+    for dim in parse_order(order):
+        strides[dim] = stride
+        stride = stride * degrees[dim]
+    return strides
+
 
 class Scenario:
     """A model, a cluster and a job: prices candidates, with caches.
 
     ``source`` supplies node costs (default: the analytic model); it has ``kinds`` (a
     label per node; nodes with equal labels cost alike), ``names``, ``parameters``,
-    ``active_parameters`` and ``cost(kind, cfg) -> KindCost``.
+    ``active_parameters`` and ``cost(kind, cfg) -> KindCost``, and optionally
+    ``table(kind, ConfigArrays)`` returning :data:`~nest.costs.COST_FIELDS` columns
+    identical to ``cost`` (or None).
     """
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, source=None):
@@ -129,12 +230,19 @@ class Scenario:
         self.kinds = list(self.source.kinds)
         self.kind_list = list(dict.fromkeys(self.kinds))
         self.kind_index = np.array([self.kind_list.index(k) for k in self.kinds], dtype=np.int64)
+        self.kind_count = np.bincount(self.kind_index, minlength=len(self.kind_list)).astype(np.int64)
         self._kind_costs: dict[LayerConfig, dict[str, KindCost]] = {}
         self._placements: dict[tuple, Placement] = {}
         self._sizes = cluster.group_sizes()
+        self._period = self._sizes[-2] if len(self._sizes) > 1 else 1
         self._shapes: dict[tuple, GroupShape] = {}
+        self._families: dict[tuple, object] = {}
+        self._floors: dict[tuple, object] = {}
+        self._terms: dict[tuple, tuple] = {}
         self._kind_times: dict[tuple, dict[str, KindTimes]] = {}
         self._sync: dict[tuple, SyncTerms] = {}
+        self._latency = np.array([t.latency for t in cluster.tiers])
+        self._bandwidth = np.array([t.effective_bandwidth for t in cluster.tiers])
 
     @property
     def num_nodes(self) -> int:
@@ -148,36 +256,58 @@ class Scenario:
             self._kind_costs[cfg] = {kind: self.source.cost(kind, cfg) for kind in self.kind_list}
         return self._kind_costs[cfg]
 
-    def compute_rows(self, configs: list[LayerConfig], with_comm: bool = True) -> dict[str, np.ndarray]:
+    def config_table(self, configs: list[LayerConfig], arrays: ConfigArrays | None = None) -> ConfigTable:
+        """Columns of every node kind under every configuration (``[config, kind]``).
+
+        Uses the source's columnar ``table`` when it has one, else :meth:`kind_costs`.
+        """
+        arrays = ConfigArrays.of(configs) if arrays is None else arrays
+        per_kind = None
+        table = getattr(self.source, "table", None)
+        if table is not None and len(configs):
+            per_kind = [table(kind, arrays) for kind in self.kind_list]
+            if any(p is None for p in per_kind):
+                per_kind = None
+        if per_kind is None:
+            per_kind = [kind_cost_columns([self.kind_costs(cfg)[kind] for cfg in configs])
+                        for kind in self.kind_list]
+        columns = {name: np.stack([p[name] for p in per_kind], axis=1).reshape(len(configs), -1)
+                   for name in COST_FIELDS}
+        for name in OP_FIELDS:  # [config, kind, slot], slots padded to the largest
+            slots = max(p[name].shape[1] for p in per_kind)
+            columns[name] = np.stack([np.pad(p[name].reshape(len(configs), -1),
+                                             ((0, 0), (0, slots - p[name].shape[1]))) for p in per_kind], axis=1)
+        transient = (columns["transient_bytes"].max(axis=1) if len(configs)
+                     else np.zeros(0, dtype=np.int64))
+        out = columns["out_bytes"].astype(np.float64)
+        send = to_ps(self._latency[None, :, None] + out[:, None, :] / self._bandwidth[None, :, None])
+        return ConfigTable(configs, arrays, columns, transient, send)
+
+    def compute_rows(self, configs: list[LayerConfig], with_comm: bool = True,
+                     table: ConfigTable | None = None) -> dict[str, np.ndarray]:
         """Per config, per node: picoseconds, params, activations, for lower bounds.
 
         Times include tensor-parallel, context-parallel and expert all-to-all communication
-        when ``with_comm``: under every rank order that starts with ``tp-cp`` the TP and CP
-        groups are the innermost ``tp`` and ``tp x cp`` devices whatever the other degrees,
-        and an aligned run of ``ep`` adjacent devices is the cheapest place an EP group can
-        have; otherwise compute only.
+        when ``with_comm``, priced on the innermost layout of the configuration (``tp x cp
+        x ep`` adjacent devices); otherwise compute only.
         """
-        rows = {"time_ps": np.zeros((len(configs), self.num_nodes), dtype=np.int64),
-                "params": np.zeros((len(configs), self.num_nodes), dtype=np.int64),
-                "expert_params": np.zeros((len(configs), self.num_nodes), dtype=np.int64),
-                "act_bytes": np.zeros((len(configs), self.num_nodes), dtype=np.int64),
-                "transient": np.zeros(len(configs), dtype=np.int64)}
-        for c, cfg in enumerate(configs):
-            costs = self.kind_costs(cfg)
-            per_kind = [costs[kind] for kind in self.kind_list]
-            take = self.kind_index
-            if with_comm:
-                inner = Candidate(cfg, 1, cfg.ep)  # stage = tp x cp x ep adjacent devices
-                times = self.kind_times(inner, zero_comm=False)
-                seconds = [times[k].total for k in self.kind_list]
-            else:
-                seconds = [k.compute_s for k in per_kind]
-            rows["time_ps"][c] = to_ps(seconds)[take]
-            rows["params"][c] = np.array([k.params_dense for k in per_kind])[take]
-            rows["expert_params"][c] = np.array([k.params_expert for k in per_kind])[take]
-            rows["act_bytes"][c] = np.array([k.act_bytes for k in per_kind])[take]
-            rows["transient"][c] = max(k.transient_bytes for k in costs.values())
-        return rows
+        table = self.config_table(configs) if table is None else table
+        kinds = self._inner_kind_ps(table, with_comm)
+        take = self.kind_index
+        return {"time_ps": kinds[:, take], "params": table.cols["params_dense"][:, take],
+                "expert_params": table.cols["params_expert"][:, take],
+                "act_bytes": table.cols["act_bytes"][:, take], "transient": table.transient.copy()}
+
+    def _inner_kind_ps(self, table: ConfigTable, with_comm: bool, index=None) -> np.ndarray:
+        """Per config (of ``index``), per kind: picoseconds on the innermost layout."""
+        index = np.arange(len(table)) if index is None else np.asarray(index, dtype=np.int64)
+        if not with_comm:
+            return to_ps(table.cols["compute_s"][index])
+        arrays = table.arrays
+        cands = CandidateArrays(index, np.ones(len(index), dtype=np.int64), arrays.ep[index],
+                                np.ones(len(index), dtype=np.int64), np.zeros(len(index), dtype=np.int64),
+                                np.zeros(len(index), dtype=np.int64), (DEFAULT_ORDER,))
+        return to_ps(self.kind_seconds(table, cands, self.exact_terms(table, cands)[0], zero_comm=False))
 
     # -- placement ---------------------------------------------------------------------
 
@@ -192,23 +322,44 @@ class Scenario:
     def placement(self, cand: Candidate) -> Placement:
         """Group prices of the candidate's layout (cached per layout and EP degree)."""
         key = self._placement_key(cand)
-        cfg = cand.cfg
         if key not in self._placements:
-            layout = self.layout(cand)
-            # With every degree and tier size a power of two, each dimension owns its own
-            # bits of the rank, so all groups of a dimension decompose alike: pricing the
-            # group of rank 0 is exact. Otherwise every group is priced.
-            first = all(_power_of_two(x) for x in (*key[:5], *self._sizes))
-            shape = lambda groups: self._group_shape(groups[:1] if first else groups)  # noqa: E731
-            groups = lambda dims: joint_groups(layout, dims, first_only=first)  # noqa: E731
-            ep_groups, edp_groups = expert_groups(layout, cfg.ep)
-            self._placements[key] = Placement(
-                tp=shape(groups(("tp",))),
-                cp_ring=ring_link(self.cluster, groups(("cp",))),
-                dense_dp=shape(groups(("cp", "dp"))),
-                ep=shape(ep_groups), expert_dp=shape(edp_groups),
-                boundary_tiers=layout.boundary_tiers(self.cluster))
+            self._placements[key] = self._place(*key)
         return self._placements[key]
+
+    def _place(self, tp: int, cp: int, dp: int, pp: int, ep: int, order: str) -> Placement:
+        """Every group family is priced on its reduced form (see nest.layout): the same
+        distinct group prices as all groups of the layout, cached across layouts.
+
+        With every degree and tier size a power of two, each dimension owns its own bits
+        of the rank, so all groups of a dimension decompose alike: the group of rank 0
+        alone is priced (leaders dropped), as nest always did there.
+        """
+        layout = Layout({"tp": tp, "cp": cp, "dp": dp, "pp": pp}, order)
+        first = all(_power_of_two(x) for x in (tp, cp, dp, pp, ep, *self._sizes))
+        family = lambda what, offsets, leaders: self._family(what, offsets, () if first else leaders)  # noqa: E731
+        experts = expert_families(layout, ep)
+        if experts is None:  # runs of ep do not split the stage: price the explicit groups
+            ep_groups, edp_groups = expert_groups(layout, ep)
+            ep_shape = self._group_shape(ep_groups[:1] if first else ep_groups)
+            edp_shape = self._group_shape(edp_groups[:1] if first else edp_groups)
+        else:
+            ep_shape, edp_shape = (family("shape", *f) for f in experts)
+        return Placement(
+            tp=family("shape", *joint_family(layout, ("tp",))),
+            cp_ring=family("ring", *joint_family(layout, ("cp",))),
+            dense_dp=family("shape", *joint_family(layout, ("cp", "dp"))),
+            ep=ep_shape, expert_dp=edp_shape,
+            boundary_tiers=boundary_tiers_reduced(layout, self.cluster, self._period))
+
+    def _family(self, what: str, offsets, leaders):
+        """The group shape ("shape") or ring link ("ring") of the family ``leaders +
+        offsets``, its leaders reduced (see nest.layout), cached."""
+        key = (what, offsets, reduce_leaders(leaders, self._period))
+        if key not in self._families:
+            groups = family_groups(offsets, key[2])
+            self._families[key] = (group_shape(self.cluster, groups) if what == "shape"
+                                   else ring_link(self.cluster, groups))
+        return self._families[key]
 
     def _group_shape(self, groups: np.ndarray) -> GroupShape:
         """:func:`group_shape`, cached by the groups' device indices."""
@@ -287,8 +438,10 @@ class Scenario:
         touched = opt.grad_bytes + 2 * opt.master_bytes + 2 * opt.state_bytes + wb
         fixed = OPTIMIZER_KERNELS * self.kernels.overhead
         per_param, optimizer, memory = [], [], []
-        for group in (place.dense_dp, place.expert_dp):
+        for is_expert, group in ((False, place.dense_dp), (True, place.expert_dp)):
             alpha, beta = group.reduce_scatter_terms()
+            if is_expert and not self.model.is_moe:
+                alpha = 0.0  # no expert parameters: no expert collective to wait for
             shards = group.size
             if zero == 0:
                 per_param.append(2 * beta * opt.grad_bytes)
@@ -318,57 +471,231 @@ class Scenario:
         return np.minimum(warmup + 1, m * v).astype(np.float64)
 
     def rows(self, cands: list[Candidate]) -> dict[str, np.ndarray]:
-        """The DP's per-candidate tables (one table row per candidate).
+        """The DP's per-candidate tables (one table row per candidate)."""
+        configs = list(dict.fromkeys(c.cfg for c in cands))
+        where = {cfg: i for i, cfg in enumerate(configs)}
+        orders = tuple(dict.fromkeys(c.order for c in cands)) or (DEFAULT_ORDER,)
+        column = lambda get: np.array([get(c) for c in cands], dtype=np.int64)  # noqa: E731
+        arrays = CandidateArrays(column(lambda c: where[c.cfg]), column(lambda c: c.pp),
+                                 column(lambda c: c.dp), column(lambda c: c.vp), column(lambda c: c.zero),
+                                 column(lambda c: orders.index(c.order)), orders)
+        return self.price(self.config_table(configs), arrays)
 
-        Per candidate only per-kind numbers are computed in Python; the ``[candidate,
-        node]`` tables are then gathered by node kind in one numpy operation each.
+    # -- columnar pricing --------------------------------------------------------------
+
+    def _candidate_terms(self, key: tuple) -> tuple:
+        """Alpha-beta terms and boundary tiers of one placement key (cached)."""
+        if key not in self._terms:
+            place = self._placements.get(key)
+            if place is None:
+                place = self._placements[key] = self._place(*key)
+            self._terms[key] = (*place.tp.reduce_scatter_terms(), *place.cp_ring,
+                                *place.ep.all_to_all_terms(), *place.dense_dp.reduce_scatter_terms(),
+                                *place.expert_dp.reduce_scatter_terms(), place.dense_dp.size,
+                                place.expert_dp.size, place.boundary_tiers)
+        return self._terms[key]
+
+    def exact_terms(self, table: ConfigTable, cands: CandidateArrays) -> tuple[GroupTerms, list]:
+        """Group terms of every candidate's own placement, and its boundary tiers."""
+        arrays = table.arrays
+        tp, cp, ep = arrays.tp[cands.config], arrays.cp[cands.config], arrays.ep[cands.config]
+        keys = zip(tp.tolist(), cp.tolist(), cands.dp.tolist(), cands.pp.tolist(), ep.tolist(),
+                   (cands.orders[o] for o in cands.order.tolist()))
+        terms = [self._candidate_terms(key) for key in keys]
+        if terms:
+            values = np.array([t[:12] for t in terms], dtype=np.float64).T
+        else:
+            values = np.zeros((12, 0))
+        return (GroupTerms((values[0], values[1]), (values[2], values[3]), (values[4], values[5]),
+                           (values[6], values[7]), (values[8], values[9]), values[10], values[11]),
+                [t[12] for t in terms])
+
+    def floor_terms(self, table: ConfigTable, cands: CandidateArrays, orders=None) -> GroupTerms:
+        """Lower bounds on every group term of each candidate, whatever its placement.
+
+        Strides follow the candidate's rank order (or, with ``orders``, the smallest
+        over those orders, taking unknown degrees as 1); each group's members are at least
+        its smallest dimension stride apart (expert-DP members: ``ep`` stage ranks apart),
+        which bounds how many share a tier group (see :class:`~nest.network.ShapeFloor`).
         """
-        n, n_kinds = len(cands), len(self.kind_list)
-        latency = np.array([t.latency for t in self.cluster.tiers])
-        bandwidth = np.array([t.effective_bandwidth for t in self.cluster.tiers])
-        seconds = np.zeros((n, n_kinds))
-        dense = np.zeros((n, n_kinds))
-        expert = np.zeros((n, n_kinds))
-        act = np.zeros((n, n_kinds), dtype=np.int64)
-        out = np.zeros((n, n_kinds))
-        sync_per = np.zeros((n, 4))  # dense sync+opt, expert sync+opt, dense bytes, expert bytes
-        scalars = {name: np.zeros(n) for name in ("mem_fixed", "mem_per_param", "g0", "g1")}
-        scalars["scale"] = np.zeros(n, dtype=np.int64)
-        inflight, pos_tiers = [], []
-        for i, cand in enumerate(cands):
-            costs = self.kind_costs(cand.cfg)
-            times = self.kind_times(cand)
-            sync = self.sync_terms(cand)
-            for kind, cost in costs.items():
-                j = self.kind_list.index(kind)
-                seconds[i, j] = times[kind].total
-                dense[i, j], expert[i, j] = cost.params_dense, cost.params_expert
-                act[i, j], out[i, j] = cost.act_bytes, cost.out_bytes
-            sync_per[i] = (sync.dense_s + sync.dense_optimizer_s, sync.expert_s + sync.expert_optimizer_s,
-                           sync.dense_bytes, sync.expert_bytes)
-            v = cand.vp
-            scalars["scale"][i] = self.micro_batches(cand) * v + cand.pp - 1
-            scalars["mem_fixed"][i] = self.job.reserved_memory_bytes + max(
-                c.transient_bytes for c in costs.values())
-            scalars["mem_per_param"][i] = v  # a device holds v chunks like this one
-            scalars["g0"][i] = sync.fixed_s * PS
-            scalars["g1"][i] = v
-            inflight.append(self.inflight(cand))
-            tiers = self.placement(cand).boundary_tiers[np.arange(cand.virtual_stages) % cand.pp]
-            tiers[-1] = -1
-            pos_tiers.append(tiers)
+        arrays = table.arrays
+        tp, cp, ep = arrays.tp[cands.config], arrays.cp[cands.config], arrays.ep[cands.config]
+        dp, pp = cands.dp, cands.pp
+        if orders is None:
+            strides = [layout_strides(o, tp, cp, dp, pp) for o in cands.orders]
+            rows = np.arange(len(cands))
+            pick = lambda dim: np.stack([s[dim] * np.ones_like(tp) for s in strides])[cands.order, rows]  # noqa: E731
+        else:
+            strides = [layout_strides(o, tp, cp, dp, pp) for o in orders]
+            pick = lambda dim: np.min([s[dim] * np.ones_like(tp) for s in strides], axis=0)  # noqa: E731
+        s_tp, s_cp, s_dp = pick("tp"), pick("cp"), pick("dp")
+        inf = np.iinfo(np.int64).max
+        stage_step = np.minimum(np.where(tp > 1, s_tp, inf), np.minimum(np.where(cp > 1, s_cp, inf),
+                                                                        np.where(dp > 1, s_dp, inf)))
+        stage_step = np.where(stage_step == inf, 1, stage_step)
+        dense_step = np.minimum(np.where(cp > 1, s_cp, inf), np.where(dp > 1, s_dp, inf))
+        dense_step = np.where(dense_step == inf, 1, dense_step)
+        dense_size, expert_size = dp * cp, np.maximum(tp * cp * dp // ep, 1)
+        tp_f = self._shape_floors(tp, s_tp)
+        ep_f = self._shape_floors(ep, stage_step)
+        dd_f = self._shape_floors(dense_size, dense_step)
+        ed_f = self._shape_floors(expert_size, ep * stage_step)
+        span = (cp - 1) * s_cp + 1
+        ring = self._lookup(("ring",), span, lambda s: ring_floor(self.cluster, int(s)), 2)
+        return GroupTerms((tp_f[0], tp_f[1]), (ring[0], ring[1]), (ep_f[2], ep_f[3]), (dd_f[0], dd_f[1]),
+                          (ed_f[0], ed_f[1]), dense_size.astype(np.float64), expert_size.astype(np.float64))
+
+    def _shape_floors(self, size, spacing) -> list[np.ndarray]:
+        def floor(pair):
+            f = shape_floor(self.cluster, int(pair[0]), int(pair[1]))
+            return (f.rs_alpha, f.rs_beta, f.a2a_alpha, f.a2a_beta)
+        return self._lookup(("shape",), np.stack([size, spacing], axis=1), floor, 4)
+
+    def _lookup(self, tag, keys: np.ndarray, compute, width: int) -> list[np.ndarray]:
+        """``compute(key)`` for every distinct row of ``keys`` (one or two non-negative
+        integer columns), cached, spread back."""
+        keys = np.asarray(keys, dtype=np.int64)
+        if not len(keys):
+            return [np.zeros(0) for _ in range(width)]
+        if keys.ndim == 2:
+            radix = int(keys[:, 1].max()) + 1
+            flat = keys[:, 0] * radix + keys[:, 1]
+            decode = lambda k: (k // radix, k % radix)  # noqa: E731
+        else:
+            flat, decode = keys, lambda k: k  # noqa: E731
+        unique, inverse = np.unique(flat, return_inverse=True)
+        values = np.empty((len(unique), width))
+        for i, key in enumerate(unique.tolist()):
+            row = decode(key)
+            cache_key = tag + (row if isinstance(row, tuple) else (row,))
+            if cache_key not in self._floors:
+                self._floors[cache_key] = compute(row)
+            values[i] = self._floors[cache_key]
+        inverse = inverse.ravel()
+        return [values[inverse, j] for j in range(width)]
+
+    def boundary_floor(self, table: ConfigTable, cands: CandidateArrays, orders=None) -> np.ndarray:
+        """Lowest tier any pipeline boundary of each candidate can cross (stage ranks and
+        their pipeline partners are a pipeline stride apart)."""
+        arrays = table.arrays
+        tp, cp = arrays.tp[cands.config], arrays.cp[cands.config]
+        if orders is None:
+            strides = np.stack([layout_strides(o, tp, cp, cands.dp, cands.pp)["pp"] * np.ones_like(tp)
+                                for o in cands.orders])
+            stride = strides[cands.order, np.arange(len(cands))]
+        else:
+            stride = np.min([layout_strides(o, tp, cp, cands.dp, cands.pp)["pp"] * np.ones_like(tp)
+                             for o in orders], axis=0)
+        tier = self._lookup(("pair",), stride, lambda q: (pair_tier_floor(self.cluster, int(q)),), 1)[0]
+        return tier.astype(np.int64)
+
+    def kind_seconds(self, table: ConfigTable, cands: CandidateArrays, terms: GroupTerms,
+                     zero_comm: bool = True) -> np.ndarray:
+        """``[candidate, kind]`` seconds: :meth:`_price_kinds` ``total``, elementwise.
+
+        With exact terms every entry equals the scalar result; with lower-bound terms it is
+        a lower bound (every operation is monotone in the terms).
+        """
+        col = lambda name: table.cols[name][cands.config]  # noqa: E731
+        one = lambda x: np.asarray(x)[:, None]  # noqa: E731
+        opt, wb = self.job.optimizer, self.weight_bytes
+        slot = lambda x: np.asarray(x)[:, None, None]  # noqa: E731
+        # sum(count * all_reduce(bytes)) over the operations, in order (count 0: none)
+        ops = col("tp_count") * (2 * _reduce_scatter(slot(terms.tp[0]), slot(terms.tp[1]), col("tp_bytes")))
+        tp = ops[:, :, 0]
+        for i in range(1, ops.shape[2]):
+            tp = tp + ops[:, :, i]
+        lat, per_byte = one(terms.cp_ring[0]), one(terms.cp_ring[1])
+        cp_degree = one(table.arrays.cp[cands.config])
+        steps_fwd, steps_bwd = col("cp_steps_fwd"), col("cp_steps_bwd")
+        passes = steps_fwd / np.maximum(cp_degree - 1, 1)
+        cp = np.maximum(0.0, steps_fwd * (lat + per_byte * col("cp_fwd_bytes")) - passes * col("core_fwd_s"))
+        cp = cp + np.maximum(0.0, steps_bwd * (lat + per_byte * col("cp_bwd_bytes")) - col("core_bwd_s"))
+        cp = np.where(cp_degree > 1, cp, 0.0)
+        ops = col("ep_count") * (slot(terms.ep[0]) + slot(terms.ep[1]) * col("ep_bytes"))
+        ep = ops[:, :, 0]
+        for i in range(1, ops.shape[2]):
+            ep = ep + ops[:, :, i]
+        total = col("compute_s") + tp + cp + ep
+        zero = one(cands.zero)
+        if zero_comm and (zero >= 2).any():
+            dense, expert = col("params_dense"), col("params_expert")
+            da, db = one(terms.dense_dp[0]), one(terms.dense_dp[1])
+            ea, eb = one(terms.expert_dp[0]), one(terms.expert_dp[1])
+            reduce = (_reduce_scatter(da, db, opt.grad_bytes * dense)
+                      + _reduce_scatter(ea, eb, opt.grad_bytes * expert))
+            three = zero == 3
+            gather = np.where(three, _reduce_scatter(da, db, wb * dense) + _reduce_scatter(ea, eb, wb * expert), 0.0)
+            full = one(table.arrays.recompute[cands.config] == RECOMPUTE_MODES.index("full"))
+            dp = 0.0 + np.where(three, np.maximum(0.0, gather - col("fwd_s")), 0.0)
+            dp = dp + np.where(three & full, np.maximum(0.0, gather - col("recompute_s")), 0.0)
+            dp = dp + np.maximum(0.0, gather + reduce - col("bwd_s"))
+            total = total + np.where(zero >= 2, dp, 0.0)
+        return total
+
+    def sync_columns(self, cands: CandidateArrays, terms: GroupTerms) -> dict[str, np.ndarray]:
+        """:meth:`_price_sync` elementwise: ``fixed_s``, seconds and memory bytes per dense
+        and per expert parameter (sync + optimizer step)."""
+        opt, wb = self.job.optimizer, self.weight_bytes
+        zero = cands.zero
+        touched = opt.grad_bytes + 2 * opt.master_bytes + 2 * opt.state_bytes + wb
+        fixed = np.full(len(cands), OPTIMIZER_KERNELS * self.kernels.overhead)
+        out = {}
+        for name, (alpha, beta), shards in (("dense", terms.dense_dp, terms.dense_shards),
+                                            ("expert", terms.expert_dp, terms.expert_shards)):
+            if name == "expert" and not self.model.is_moe:
+                alpha = np.zeros_like(alpha)  # no expert parameters: no expert collective
+            per = np.where(zero == 0, 2 * beta * opt.grad_bytes,
+                           np.where(zero == 1, beta * (opt.grad_bytes + wb),
+                                    np.where(zero == 2, beta * wb, 0.0)))
+            fixed = fixed + np.where(zero <= 1, 2 * alpha, np.where(zero == 2, alpha, 0.0))
+            optimizer = touched / self.kernels.memory_rate / np.where(zero >= 1, shards, 1)
+            out[name] = per + optimizer
+            out[name + "_bytes"] = (wb / np.where(zero >= 3, shards, 1)
+                                    + opt.grad_bytes / np.where(zero >= 2, shards, 1)
+                                    + opt.sharded_bytes / np.where(zero >= 1, shards, 1))
+        out["fixed_s"] = fixed
+        return out
+
+    def price(self, table: ConfigTable, cands: CandidateArrays) -> dict[str, np.ndarray]:
+        """The DP's per-candidate tables of ``cands`` (see :class:`~nest.dp_problem.DPProblem`)."""
+        terms, boundary = self.exact_terms(table, cands)
         take = self.kind_index
-        table = {
-            "time_ps": to_ps(seconds)[:, take],
-            "params": to_ps(sync_per[:, :1] * dense + sync_per[:, 1:2] * expert)[:, take],
-            "mem_params": np.ceil(sync_per[:, 2:3] * dense + sync_per[:, 3:4] * expert).astype(np.int64)[:, take],
-            "act_bytes": act[:, take],
-        }
-        send = to_ps(latency[None, :, None] + out[:, None, :] / bandwidth[None, :, None])[:, :, take]
+        n = len(cands)
+        seconds = self.kind_seconds(table, cands, terms)
+        sync = self.sync_columns(cands, terms)
+        dense = table.cols["params_dense"][cands.config].astype(np.float64)
+        expert = table.cols["params_expert"][cands.config].astype(np.float64)
+        send = table.send_ps[cands.config][:, :, take]
         send[:, :, -1] = 0  # the last node sends nothing
-        table["send_ps"] = np.ascontiguousarray(send)
-        table.update(scalars)
-        table["pos_inflight"] = np.concatenate(inflight) if inflight else np.zeros(0)
-        table["pos_tier"] = np.concatenate(pos_tiers) if pos_tiers else np.zeros(0, dtype=np.int64)
-        table["pos_offset"] = np.concatenate(([0], np.cumsum([c.virtual_stages for c in cands]))).astype(np.int64)
-        return table
+        v = cands.vp
+        micro = self.job.global_batch // (cands.dp * table.arrays.micro_batch[cands.config])
+        positions = cands.pp * v
+        offset = np.concatenate(([0], np.cumsum(positions))).astype(np.int64)
+        total = int(offset[-1])
+        owner = np.repeat(np.arange(n), positions)
+        q = np.arange(total, dtype=np.int64) - offset[owner]
+        p, vv, m = cands.pp[owner], v[owner], micro[owner]
+        device = q % p
+        warmup = (p - device - 1) * 2 + (vv - 1) * p
+        inflight = np.where(vv == 1, np.minimum(p - device, m), np.minimum(warmup + 1, m * vv)).astype(np.float64)
+        tiers = np.concatenate(boundary) if boundary else np.zeros(0, dtype=np.int64)
+        tier_offset = np.concatenate(([0], np.cumsum(cands.pp)))[:-1]
+        pos_tier = tiers[tier_offset[owner] + device].astype(np.int64)
+        pos_tier[offset[1:] - 1] = -1
+        return {
+            "time_ps": to_ps(seconds)[:, take],
+            "params": to_ps(sync["dense"][:, None] * dense + sync["expert"][:, None] * expert)[:, take],
+            "mem_params": np.ceil(sync["dense_bytes"][:, None] * dense
+                                  + sync["expert_bytes"][:, None] * expert).astype(np.int64)[:, take],
+            "act_bytes": table.cols["act_bytes"][cands.config][:, take],
+            "send_ps": np.ascontiguousarray(send),
+            "scale": (micro * v + cands.pp - 1).astype(np.int64),
+            "mem_fixed": (self.job.reserved_memory_bytes + table.transient[cands.config]).astype(np.float64),
+            "mem_per_param": v.astype(np.float64),
+            "g0": sync["fixed_s"] * PS,
+            "g1": v.astype(np.float64),
+            "pos_inflight": inflight,
+            "pos_tier": pos_tier,
+            "pos_offset": offset,
+        }
