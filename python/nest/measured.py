@@ -89,7 +89,9 @@ class InstanceSetup:
 
     @property
     def job(self):
-        return self.instance.job()
+        """The instance's job; its baselines use data-parallel degrees that do not divide
+        the batch, so an uneven batch is allowed (ceil micro-batches per replica)."""
+        return self.instance.job(uneven_batch=True)
 
     @property
     def expert_factor(self) -> int:

@@ -177,7 +177,7 @@ def _partial_bound_of(scn: Scenario, table: ConfigTable, c, p, dp, v, orders: tu
         table._cache["lb1"] = np.stack([_config_sums(scn, kinds), kinds.max(axis=1), _send_floors(scn, table)[:, 0],
                                         table.arrays.micro_batch], axis=1)
     t_sum, t_max, send, micro_batch = table._cache["lb1"][c].T
-    m = scn.job.global_batch // (dp * micro_batch)
+    m = scn.job.micro_batches(dp, micro_batch)
     return (m * v + p - 1) * _time_floor(t_sum, t_max, p * v, send)
 
 
@@ -189,7 +189,7 @@ def _candidate_bound(scn: Scenario, table: ConfigTable, cands: CandidateArrays) 
     if "sends" not in table._cache:
         table._cache["sends"] = _send_floors(scn, table)
     send = table._cache["sends"][cands.config, scn.boundary_floor(table, cands)]
-    micro = scn.job.global_batch // (cands.dp * table.arrays.micro_batch[cands.config])
+    micro = scn.job.micro_batches(cands.dp, table.arrays.micro_batch[cands.config])
     scale = micro * cands.vp + cands.pp - 1
     sync = scn.sync_columns(cands, terms)
     dense = table.cols["params_dense"][cands.config].astype(np.float64)
@@ -245,7 +245,7 @@ def _cheap(scn: Scenario, table: ConfigTable, partials: Partials, index: np.ndar
     t_sum = np.array([cache[i][0] for i in c.tolist()], dtype=np.int64)
     t_max = np.array([cache[i][1] for i in c.tolist()], dtype=np.int64)
     p, v = partials.pp[index], partials.vp[index]
-    m = scn.job.global_batch // (partials.dp[index] * table.arrays.micro_batch[c])
+    m = scn.job.micro_batches(partials.dp[index], table.arrays.micro_batch[c])
     return (m * v + p - 1) * np.maximum(_ceil_div(t_sum, p * v), t_max)
 
 
@@ -564,7 +564,7 @@ def _check_fixed(scn: Scenario, cand: Candidate, layers) -> None:
             raise SpecError(f"{name} = {value!r}: must be a positive integer")
     if cand.devices > devices:
         raise SpecError(f"tp * cp * pp * dp = {cand.devices}: exceeds the cluster's {devices} devices")
-    if job.global_batch % (cand.dp * cfg.micro_batch):
+    if job.global_batch % (cand.dp * cfg.micro_batch) and not job.uneven_batch:
         raise SpecError(f"global_batch = {job.global_batch}: must be divisible by dp * micro_batch "
                         f"= {cand.dp * cfg.micro_batch}")
     if cand.virtual_stages > scn.num_nodes:

@@ -146,18 +146,22 @@ class PartialSpace:
         self.stride_tp = self.stride_sp * 2
         batch_pos = {b: i for i, b in enumerate(batches)}
         self.pps = np.array(limits.pp or tuple(range(1, num_nodes + 1)), dtype=np.int64)
-        self.dps = np.array(_allowed(divisors(job.global_batch), limits.dp), dtype=np.int64)
+        # An uneven batch admits every data-parallel degree the devices allow.
+        dps = range(1, cluster.num_devices + 1) if job.uneven_batch else divisors(job.global_batch)
+        self.dps = np.array(_allowed(dps, limits.dp), dtype=np.int64)
         self.vps = np.array(_allowed(VIRTUAL_STAGES, limits.vp), dtype=np.int64)
         self.cps, self.eps = np.array(cps, dtype=np.int64), np.array(eps, dtype=np.int64)
         # Per data-parallel degree, the (micro-batch, recompute) grid offsets it admits and
         # their micro-batch counts, concatenated.
         offsets, micro, starts, counts = [], [], [], []
         for dp in self.dps.tolist():
-            positions = [batch_pos[b] for b in divisors(job.global_batch // dp) if b in batch_pos]
+            per_replica = divisors(job.global_batch // dp) if job.global_batch % dp == 0 else []
+            positions = ([batch_pos[b] for b in per_replica if b in batch_pos] if not job.uneven_batch
+                         else list(range(len(batches))))
             starts.append(sum(len(o) for o in offsets))
             offsets.append(np.array([p * self.stride_mbs + r for p in positions for r in range(n_rc)],
                                     dtype=np.int64))
-            micro.append(np.repeat(job.global_batch // (dp * np.array(batches, dtype=np.int64)[positions]), n_rc)
+            micro.append(np.repeat(job.micro_batches(dp, np.array(batches, dtype=np.int64)[positions]), n_rc)
                          if positions else np.zeros(0, dtype=np.int64))
             counts.append(len(offsets[-1]))
         pool = np.concatenate(offsets) if offsets else np.zeros(0, dtype=np.int64)

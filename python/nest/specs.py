@@ -282,6 +282,10 @@ class JobSpec:
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
     flash_attention: bool = True
     reserved_memory_bytes: float = 2 * 2**30  # CUDA context, NCCL buffers, allocator slack
+    # Let dp x micro_batch not divide the global batch: every replica then runs
+    # ceil(global_batch / (dp x micro_batch)) micro-batches (the NEST artifact's baselines
+    # use such degrees). Off: a batch that does not divide is a SpecError.
+    uneven_batch: bool = False
 
     def __post_init__(self):
         _positive_int("job.global_batch", self.global_batch)
@@ -296,6 +300,10 @@ class JobSpec:
     @property
     def tokens(self) -> int:
         return self.global_batch * self.seq_len
+
+    def micro_batches(self, dp, micro_batch):
+        """Micro-batches per replica and step (ceil; exact when the batch divides)."""
+        return -(-self.global_batch // (dp * micro_batch))
 
 
 def field_names(cls) -> set[str]:

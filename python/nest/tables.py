@@ -371,7 +371,7 @@ class Scenario:
     # -- candidates --------------------------------------------------------------------
 
     def micro_batches(self, cand: Candidate) -> int:
-        return self.job.global_batch // (cand.dp * cand.cfg.micro_batch)
+        return self.job.micro_batches(cand.dp, cand.cfg.micro_batch)
 
     def kind_times(self, cand: Candidate, zero_comm: bool = True) -> dict[str, KindTimes]:
         """Per node kind: seconds per micro-batch on one device, split by cause.
@@ -669,7 +669,7 @@ class Scenario:
         send = table.send_ps[cands.config][:, :, take]
         send[:, :, -1] = 0  # the last node sends nothing
         v = cands.vp
-        micro = self.job.global_batch // (cands.dp * table.arrays.micro_batch[cands.config])
+        micro = self.job.micro_batches(cands.dp, table.arrays.micro_batch[cands.config])
         positions = cands.pp * v
         offset = np.concatenate(([0], np.cumsum(positions))).astype(np.int64)
         total = int(offset[-1])
