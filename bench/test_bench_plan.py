@@ -10,8 +10,8 @@ import pytest
 
 import nest
 from nest import engine
-from nest.planner import _bounds, _problem
-from nest.space import enumerate_candidates
+from nest.planner import _problem
+from nest.space import enumerate_partials, expand
 from nest.specs import JobSpec
 from nest.tables import Scenario
 
@@ -27,16 +27,13 @@ def test_plan_gpt3_dgx_a100(benchmark, devices):
 
 
 def _identical_tables(count: int = 64):
-    """``count`` pipelined candidates (pp >= 4, best lower bounds first) of gpt-1.7b on 64
-    A100s, with pruning disabled so both engines solve every one."""
+    """``count`` pipelined candidates (pp >= 4) of gpt-1.7b on 64 A100s, with pruning
+    disabled so both engines solve every one."""
     model, cluster = nest.load_model("gpt-1.7b"), nest.load_cluster("dgx-a100", devices=64)
     scn = Scenario(model, cluster, JobSpec(global_batch=512, seq_len=2048))
-    cands = enumerate_candidates(model, cluster, scn.job, scn.num_nodes)
-    tables = scn.config_tables(cands.configs)
-    bounds = _bounds(scn, tables, cands)
-    index = np.argsort(bounds.cheap_bound, kind="stable")
-    index = index[cands.pp[index] >= 4][:count]
-    problem = _problem(scn, tables, cands, bounds, index)
+    partials = enumerate_partials(model, cluster, scn.job, scn.num_nodes)
+    index = np.flatnonzero((partials.pp >= 4) & (partials.vp == 1))[:count]
+    problem = _problem(scn, expand(partials, index)[:count])
     from dataclasses import replace
     return replace(problem, cand_lower_bound=np.zeros_like(problem.cand_lower_bound))
 
