@@ -46,8 +46,8 @@ def render(plan: Plan) -> str:
         f"({c['devices']} x {c['device']})",
         f"job: global batch {j['global_batch']} x seq {j['seq_len']} tokens, {j['dtype']}",
         "",
-        f"parallelism: TP {p['tp']}  PP {p['pp']}  DP {p['dp']}  SP {'on' if p['sp'] else 'off'}  "
-        f"recompute {p['recompute']}  distributed optimizer {'on' if p['distributed_optimizer'] else 'off'}",
+        f"parallelism: TP {p['tp']}  PP {p['pp']}  DP {p['dp']}  CP {p['cp']}  EP {p['ep']}  "
+        f"VP {p['vp']}  SP {'on' if p['sp'] else 'off'}  ZeRO {p['zero']}  recompute {p['recompute']}",
         f"             micro-batch {p['micro_batch']} x {p['num_microbatches']} per step, "
         f"rank order {p['rank_order']}, {plan.devices_used} of {c['devices']} devices used",
         "",
