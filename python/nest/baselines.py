@@ -46,8 +46,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from .errors import InfeasibleError, SpecError
-from .loading import load_cluster, load_model
-from .planner import evaluate, plan
+from .planner import coerce_inputs, evaluate, plan
 from .result import Plan
 from .space import (RANK_ORDERS, VIRTUAL_STAGES, SpaceLimits, context_parallel_degrees, divisors,
                     expert_parallel_degrees, tensor_parallel_degrees)
@@ -96,13 +95,7 @@ def plan_config(p: Plan) -> dict:
             "layers_per_stage": [len(s.layers) for s in p.stages]}
 
 
-def _coerce(model, cluster, job):
-    model, cluster = load_model(model), load_cluster(cluster)
-    if job is None:
-        if not model.default_global_batch:
-            raise SpecError(f"job: model {model.name} has no default global batch; pass a JobSpec")
-        job = JobSpec(global_batch=model.default_global_batch, seq_len=model.seq_len)
-    return model, cluster, job
+_coerce = coerce_inputs  # one coercion for strategies and the planner
 
 
 def _timed(name: str, run) -> StrategyResult:

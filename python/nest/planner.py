@@ -467,7 +467,8 @@ def _min_capacity(scn: Scenario, cand: Candidate, engine: str, threads: int | No
     return hi
 
 
-def _coerce(model, cluster, job) -> tuple[ModelSpec, ClusterSpec, JobSpec]:
+def coerce_inputs(model, cluster, job) -> tuple[ModelSpec, ClusterSpec, JobSpec]:
+    """Specs from specs or preset names; ``job`` defaults to the model's published batch."""
     model, cluster = load_model(model), load_cluster(cluster)
     if job is None:
         if not model.default_global_batch:
@@ -490,7 +491,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | None
     :class:`~nest.errors.SpecError` on inconsistent inputs.
     """
     started = time.perf_counter()
-    model, cluster, job = _coerce(model, cluster, job)
+    model, cluster, job = coerce_inputs(model, cluster, job)
     scn = Scenario(model, cluster, job, source)
     outcome = search(scn, limits, engine, threads)
     return build_plan(scn, outcome.candidate, outcome.problem, outcome.local,
@@ -517,7 +518,7 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
     Inputs as for :func:`plan`.
     """
     started = time.perf_counter()
-    model, cluster, job = _coerce(model, cluster, job)
+    model, cluster, job = coerce_inputs(model, cluster, job)
     scn = Scenario(model, cluster, job, source)
     if zero is None:
         zero = 1 if distributed_optimizer else 0
