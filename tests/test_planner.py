@@ -66,7 +66,7 @@ def test_engines_agree_on_a_real_model():
     fast = nest.plan("gpt-1.7b", cluster, job, engine="cpp").to_dict()
     slow = nest.plan("gpt-1.7b", cluster, job, engine="python").to_dict()
     for doc in (fast, slow):
-        doc.pop("solve_time_s"), doc.pop("engine")
+        doc.pop("solve_time_s"), doc.pop("engine"), doc.pop("runtime")
     assert fast == slow
 
 
@@ -77,6 +77,7 @@ def test_gpt3_plan_deterministic_across_threads(threads):
     reference = nest.plan("gpt3-175b", cluster, threads=1).to_dict()
     for d in (doc, reference):
         d.pop("solve_time_s")
+    assert doc.pop("runtime")["threads"] == threads and reference.pop("runtime")["threads"] == 1
     assert doc == reference
 
 
@@ -118,6 +119,8 @@ def test_json_document_keys():
     assert set(doc["model"]) >= {"name", "parameters", "active_parameters", "layers"}
     assert set(doc["job"]) >= {"global_batch", "seq_len", "dtype"}
     assert set(doc["cluster"]) >= {"name", "devices", "device"}
+    assert doc["runtime"]["engine"] == "cpp" and doc["runtime"]["threads"] >= 1
+    assert doc["runtime"]["openmp"] == nest.engine.has_openmp()
     layers = [name for stage in doc["stages"] for name in stage["layers"]]
     assert layers == ["embedding"] + [f"block.{i}" for i in range(24)] + ["head"]
     assert doc["throughput_tokens_per_s"] == pytest.approx(256 * 512 / doc["step_time_s"])

@@ -497,7 +497,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | None
     return build_plan(scn, outcome.candidate, outcome.problem, outcome.local,
                       _ends(outcome.problem, outcome.result, outcome.local),
                       solve_time=time.perf_counter() - started, evaluated=outcome.evaluated,
-                      engine=engine, candidates_total=outcome.total)
+                      engine=engine, candidates_total=outcome.total, threads=threads)
 
 
 def _ends(problem: DPProblem, result: DPResult, n: int) -> list[int]:
@@ -545,7 +545,7 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
                     f"{stage['memory_bytes'] / GiB:.2f} GiB per device, {cluster.device.name} has "
                     f"{cluster.device.memory_bytes / GiB:.2f} GiB")
     return build_plan(scn, cand, problem, 0, ends, solve_time=time.perf_counter() - started,
-                      evaluated=1, engine=engine, candidates_total=1)
+                      evaluated=1, engine=engine, candidates_total=1, threads=threads)
 
 
 def _fixed_config(scn: Scenario, tp, sp, micro_batch, recompute, cp, ep, pp):

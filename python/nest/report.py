@@ -65,6 +65,8 @@ def render(plan: Plan) -> str:
     for s in plan.stages:
         lines.append(f"{s.index:>5}  {_layers(s.layers):<26} {_ranges(s.devices):<14} "
                      f"{1e3 * s.time_s:>12.3f} {s.memory_bytes / GiB:>12.2f}")
+    run = plan.runtime
+    threads = f"OpenMP, {run['threads']} threads" if run["openmp"] else "no OpenMP, 1 thread"
     lines += ["", f"solved in {plan.solve_time_s:.3f} s ({plan.candidates_evaluated} candidates "
-                  f"evaluated, engine {plan.engine})"]
+                  f"solved by the DP of {plan.candidates_total} priced; engine {plan.engine}, {threads})"]
     return "\n".join(lines)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import engine as engines
 from .dp_problem import DPProblem, sync_time
 from .dp_reference import stage_details
 from .tables import OPTIMIZER_KERNELS, PS, Candidate, Scenario
@@ -47,6 +48,7 @@ class Plan:
     job: dict
     cluster: dict
     engine: str
+    runtime: dict  # engine, OpenMP availability, threads of the C++ DP
 
     def to_dict(self) -> dict:
         """The JSON document of DESIGN.md section 5."""
@@ -64,6 +66,7 @@ class Plan:
             "candidates_evaluated": self.candidates_evaluated,
             "candidates_total": self.candidates_total,
             "engine": self.engine,
+            "runtime": dict(self.runtime),
             "model": dict(self.model),
             "job": dict(self.job),
             "cluster": dict(self.cluster),
@@ -71,7 +74,8 @@ class Plan:
 
 
 def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, ends: list[int], *,
-               solve_time: float, evaluated: int, engine: str, candidates_total: int) -> Plan:
+               solve_time: float, evaluated: int, engine: str, candidates_total: int,
+               threads: int | None = None) -> Plan:
     """Assemble the plan of ``cand`` (row ``local`` of ``problem``) split at ``ends``."""
     cfg, pp, dp, v = cand.cfg, cand.pp, cand.dp, cand.vp
     micro_batches = scn.micro_batches(cand)
@@ -145,4 +149,6 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
                  "tiers": [{"name": t.name, "fanout": t.fanout, "bandwidth_GBps": t.bandwidth / 1e9,
                             "latency_us": t.latency * 1e6} for t in scn.cluster.tiers]},
         engine=engine,
+        runtime={"engine": engine, "openmp": engines.has_openmp(),
+                 "threads": 1 if engine == "python" else (threads or engines.available_threads())},
     )
