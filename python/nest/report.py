@@ -66,7 +66,12 @@ def render(plan: Plan) -> str:
         lines.append(f"{s.index:>5}  {_layers(s.layers):<26} {_ranges(s.devices):<14} "
                      f"{1e3 * s.time_s:>12.3f} {s.memory_bytes / GiB:>12.2f}")
     run = plan.runtime
-    threads = f"OpenMP, {run['threads']} threads" if run["openmp"] else "no OpenMP, 1 thread"
+    if plan.engine == "python":
+        engine = "the pure-Python reference DP"
+    elif run["openmp"]:
+        engine = f"the C++ DP, OpenMP, {run['threads']} thread{'s' if run['threads'] > 1 else ''}"
+    else:
+        engine = "the C++ DP, without OpenMP"
     lines += ["", f"solved in {plan.solve_time_s:.3f} s ({plan.candidates_evaluated} candidates "
-                  f"solved by the DP of {plan.candidates_total} priced; engine {plan.engine}, {threads})"]
+                  f"solved by {engine}, of {plan.candidates_total} priced)"]
     return "\n".join(lines)
