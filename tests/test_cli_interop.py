@@ -87,3 +87,22 @@ def test_instance_conflicting_flags(capsys):
     assert "baseline = 'Manual': needs --nest-instance" in capsys.readouterr().err
     assert main(["evaluate", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--tp", "8"]) == 2
     assert "evaluate: missing --pp, --dp, --mbs" in capsys.readouterr().err
+
+
+def test_sweep_command_writes_every_scenario_once(tmp_path, capsys):
+    out = tmp_path / "rows.jsonl"
+    grid = str(DATA / "sweeps" / "small.yaml")
+    assert main(["sweep", grid, "--out", str(out), "--quiet", "--workers", "1"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert summary["total"] == len(rows) == len({r["id"] for r in rows})
+    assert main(["sweep", grid, "--out", str(out), "--quiet", "--workers", "1"]) == 0  # resumes
+    again = json.loads(capsys.readouterr().out)
+    assert again["resumed"] == summary["total"] and again["ran"] == 0
+    assert len(out.read_text().splitlines()) == len(rows)
+
+
+def test_sweep_bad_grid_exits_2(capsys):
+    assert main(["sweep", str(DATA / "sweeps" / "bad_tier.yaml"), "--out", "x.jsonl", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "grid.bandwidth_multipliers.infiniband" in err and len(err.strip().splitlines()) == 1

@@ -111,6 +111,16 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--seed", type=int, default=0, help="MCMC seed")
     compare.add_argument("--budget", type=_positive_int, help="MCMC proposals")
     compare.add_argument("--plot", metavar="PNG", help="throughput plot (needs matplotlib)")
+    sweep = sub.add_parser("sweep", help="plan every scenario of a grid file (resumable)")
+    sweep.add_argument("grid", help="grid file (YAML/JSON): models, clusters, devices, bandwidth "
+                                    "multipliers, memory sizes, jobs")
+    sweep.add_argument("--out", required=True, help="results: .jsonl, .csv or .parquet (resumes)")
+    sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+    sweep.add_argument("--plot", metavar="PNG", help="throughput (MFU, cost) against the swept variable")
+    sweep.add_argument("--workers", type=_positive_int, help="local worker processes (default: all cores)")
+    sweep.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="an existing Dask scheduler")
+    sweep.add_argument("--dask-local", type=_positive_int, metavar="N",
+                       help="start a local Dask cluster of N workers")
     models = sub.add_parser("models", help="list model presets")
     models.add_argument("--json", action="store_true")
     clusters = sub.add_parser("clusters", help="list cluster and device presets")
@@ -208,6 +218,14 @@ def _run(args) -> int:
             for d in rows["devices"]:
                 print(f"{d['name']:<12} {d['memory_GiB']:7.1f} GiB  {d['peak_TFLOPS_bf16']:7.1f} TFLOPS bf16  "
                       f"{d['hbm_bandwidth_GBps']:6.0f} GB/s")
+        return EXIT_OK
+
+    if args.command == "sweep":
+        from .sweep import run_sweep
+
+        summary = run_sweep(args.grid, args.out, scheduler=args.scheduler, dask_local=args.dask_local,
+                            quiet=args.quiet, plot=args.plot, workers=args.workers)
+        print(json.dumps(summary, indent=2))
         return EXIT_OK
 
     from .planner import evaluate, plan
