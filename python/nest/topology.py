@@ -39,8 +39,11 @@ from pathlib import Path
 
 import networkx as nx
 import numpy as np
-import scipy.sparse as sp
-from scipy.sparse.csgraph import dijkstra
+try:  # sparse shortest paths; the optional extra nest-planner[graphs]
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import dijkstra
+except ImportError as error:  # pragma: no cover - only without the extra
+    raise ImportError("nest.topology needs scipy: pip install 'nest-planner[graphs]'") from error
 
 from .errors import SpecError
 from .specs import ClusterSpec
