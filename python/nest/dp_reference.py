@@ -192,11 +192,3 @@ def stage_details(problem: DPProblem, n: int, ends: list[int]) -> list[dict]:
     return details
 
 
-def split_objective(problem: DPProblem, n: int, ends: list[int]) -> tuple[int, int, int]:
-    """``(objective, max_time, max_params)`` of candidate ``n`` split at ``ends``."""
-    details = stage_details(problem, n, ends)
-    t = max(d["time_ps"] for d in details)
-    w = max(d["params"] for d in details)
-    objective = int(problem.cand_scale[n]) * t + sync_time(
-        float(problem.cand_g0[n]), float(problem.cand_g1[n]), w)
-    return objective, t, w

@@ -69,10 +69,6 @@ class Layout:
         """The worst-placed group of ``dim`` on ``cluster``."""
         return group_shape(cluster, self.groups(dim))
 
-    def stage_devices(self, stage: int) -> np.ndarray:
-        """Device indices of pipeline stage ``stage``."""
-        return np.flatnonzero(self.coordinates()["pp"] == stage)
-
     def boundary_tiers(self, cluster: ClusterSpec) -> np.ndarray:
         """Tier crossed from stage k to stage k+1 (worst over the stage's ranks), for
         k < pp; entry pp-1 is the wrap-around from the last stage to the first, which

@@ -36,12 +36,6 @@ class GroupShape:
     def size(self) -> int:
         return math.prod(self.factors)
 
-    @property
-    def top_tier(self) -> int:
-        """Index of the outermost tier the group crosses (-1 for a single rank)."""
-        crossing = [t for t, f in enumerate(self.factors) if f > 1]
-        return crossing[-1] if crossing else -1
-
     def reduce_scatter_terms(self) -> tuple[float, float]:
         """``(alpha, beta)``: a reduce-scatter of n bytes takes ``alpha + beta * n`` seconds."""
         return self._rs_terms

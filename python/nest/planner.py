@@ -223,13 +223,6 @@ def _table_bound(rows: dict) -> np.ndarray:
     return rows["scale"] * t_floor + g
 
 
-def _bounds(scn: Scenario, partials: Partials, limits: SpaceLimits, table: ConfigTable | None = None) -> _Bounds:
-    """The historical cheap bound and the memory bound of every partial candidate."""
-    table = scn.config_table(partials.configs, partials.config_arrays) if table is None else table
-    return _Bounds(_cheap(scn, table, partials, np.arange(len(partials)), _orders(limits)),
-                   _memory_bound(scn, table, partials))
-
-
 def _cheap(scn: Scenario, table: ConfigTable, partials: Partials, index: np.ndarray,
            orders: tuple[str, ...]) -> np.ndarray:
     """The cheap bound earlier versions sorted partials by: ``(m v + p - 1) x max(ceil(sum /

@@ -283,21 +283,6 @@ class Scenario:
         send = to_ps(self._latency[None, :, None] + out[:, None, :] / self._bandwidth[None, :, None])
         return ConfigTable(configs, arrays, columns, transient, send)
 
-    def compute_rows(self, configs: list[LayerConfig], with_comm: bool = True,
-                     table: ConfigTable | None = None) -> dict[str, np.ndarray]:
-        """Per config, per node: picoseconds, params, activations, for lower bounds.
-
-        Times include tensor-parallel, context-parallel and expert all-to-all communication
-        when ``with_comm``, priced on the innermost layout of the configuration (``tp x cp
-        x ep`` adjacent devices); otherwise compute only.
-        """
-        table = self.config_table(configs) if table is None else table
-        kinds = self._inner_kind_ps(table, with_comm)
-        take = self.kind_index
-        return {"time_ps": kinds[:, take], "params": table.cols["params_dense"][:, take],
-                "expert_params": table.cols["params_expert"][:, take],
-                "act_bytes": table.cols["act_bytes"][:, take], "transient": table.transient.copy()}
-
     def _inner_kind_ps(self, table: ConfigTable, with_comm: bool, index=None) -> np.ndarray:
         """Per config (of ``index``), per kind: picoseconds on the innermost layout."""
         index = np.arange(len(table)) if index is None else np.asarray(index, dtype=np.int64)
