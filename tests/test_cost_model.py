@@ -8,7 +8,7 @@ import pytest
 
 from nest.compute import KernelModel
 from nest.costs import LayerConfig, NodeCostModel
-from nest.layout import Layout
+from nest.layout import Layout, joint_groups
 from nest.network import group_shape
 from nest.presets.clusters import CLUSTERS
 from nest.presets.models import MODELS
@@ -81,7 +81,7 @@ def test_ring_all_reduce_single_tier():
 def test_hierarchical_all_reduce_two_tiers():
     """16 ranks = 2 per node x 8 nodes in one leaf: RS in node, ring across nodes on 1/2."""
     layout = Layout({"tp": 4, "dp": 16, "pp": 1})
-    groups = layout.groups("dp")
+    groups = joint_groups(layout, ("dp",))
     shape = group_shape(CLUSTER, groups)
     assert shape.factors == (2, 8, 1)
     nvlink, leaf = CLUSTER.tiers[0], CLUSTER.tiers[1]

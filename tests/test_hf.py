@@ -13,12 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from nest.model import active_parameter_count, parameter_count
-
 import nest.model as model_module
 from nest.errors import SpecError
 from nest.hf import SUPPORTED, approximations, model_from_hf_config, read_hf_config
-from nest.model import parameter_count
+from nest.model import active_parameter_count, parameter_count
 from nest.presets.models import MODELS
 
 DATA = Path(__file__).parent / "data" / "hf"

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 import nest
-from nest.dp_problem import DPProblem
 from nest.dp_reference import brute_force
 from nest.planner import _problem
 from nest.presets.clusters import CLUSTERS

@@ -95,7 +95,6 @@ def plan_config(p: Plan) -> dict:
             "layers_per_stage": [len(s.layers) for s in p.stages]}
 
 
-_coerce = coerce_inputs  # one coercion for strategies and the planner
 
 
 def _timed(name: str, run) -> StrategyResult:
@@ -144,7 +143,7 @@ def manual_config(model, cluster, job=None, *, source=None, limits: SpaceLimits 
 
     See the module docstring for the rules.
     """
-    model, cluster, job = _coerce(model, cluster, job)
+    model, cluster, job = coerce_inputs(model, cluster, job)
     devices = cluster.num_devices
     tps = list(limits.tp) if limits.tp else tensor_parallel_degrees(model, cluster)
     nodes = _nodes(model, source)
@@ -236,7 +235,7 @@ def topology_blind(model, cluster, job=None, *, source=None, limits: SpaceLimits
                    flat_bandwidth: float | None = None, **_) -> StrategyResult:
     """nest's search on a flat network, re-costed on the real one."""
     def run():
-        m, c, j = _coerce(model, cluster, job)
+        m, c, j = coerce_inputs(model, cluster, job)
         flat = flat_cluster(c, flat_bandwidth)
         blind = plan(m, flat, j, engine=engine, threads=threads, limits=limits, source=source)
         real = evaluate(m, c, j, source=source, **plan_config(blind))
@@ -264,7 +263,7 @@ def given(model, cluster, job=None, *, config: dict | None = None, source=None, 
     def run():
         if not config:
             raise SpecError("strategy 'given' needs a configuration (tp, pp, micro_batch, ...)")
-        m, c, j = _coerce(model, cluster, job)
+        m, c, j = coerce_inputs(model, cluster, job)
         kwargs = dict(config)
         if kwargs.get("dp") is None:
             room = c.num_devices // (kwargs.get("tp", 1) * kwargs.get("cp", 1) * kwargs.get("pp", 1))
@@ -394,7 +393,7 @@ def mcmc(model, cluster, job=None, *, seed: int = 0, budget: int = MCMC_BUDGET,
          **_) -> StrategyResult:
     """FlexFlow-style MCMC over the joint space, ``budget`` proposals, seeded."""
     def run():
-        m, c, j = _coerce(model, cluster, job)
+        m, c, j = coerce_inputs(model, cluster, job)
         chain = _Chain(m, c, j, source, limits)
         rng = random.Random(seed)
         starts = []

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import SpecError
-from .network import GroupShape, group_shape, tier_of_pair
+from .network import tier_of_pair
 from .specs import ClusterSpec
 
 DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
@@ -56,18 +56,6 @@ class Layout:
         ranks = np.arange(self.size, dtype=np.int64)
         strides = self.strides()
         return {dim: (ranks // strides[dim]) % self.degrees.get(dim, 1) for dim in DIMENSIONS}
-
-    def groups(self, dim: str) -> np.ndarray:
-        """All communicator groups of ``dim``: ``[size / degree, degree]`` device indices."""
-        degree = self.degrees.get(dim, 1)
-        stride = self.strides()[dim]
-        ranks = np.arange(self.size, dtype=np.int64)
-        leaders = ranks[(ranks // stride) % degree == 0]
-        return leaders[:, None] + stride * np.arange(degree, dtype=np.int64)[None, :]
-
-    def group_shape(self, cluster: ClusterSpec, dim: str) -> GroupShape:
-        """The worst-placed group of ``dim`` on ``cluster``."""
-        return group_shape(cluster, self.groups(dim))
 
     def boundary_tiers(self, cluster: ClusterSpec) -> np.ndarray:
         """Tier crossed from stage k to stage k+1 (worst over the stage's ranks), for

@@ -26,7 +26,6 @@ import networkx as nx
 from .specs import ModelSpec
 
 EMBEDDING, BLOCK, MOE, HEAD = "embedding", "block", "moe", "head"
-KINDS = (EMBEDDING, BLOCK, MOE, HEAD)
 
 
 def layer_graph(model: ModelSpec) -> nx.DiGraph:
