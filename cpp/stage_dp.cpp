@@ -143,6 +143,7 @@ void check_values(const Problem& pb) {
     require_shape(pb.send_ps, "send_ps", 3);
     require_shape(pb.cand_config, "cand_config", 1);
     require_shape(pb.cand_scale, "cand_scale", 1);
+    require_shape(pb.cand_offset, "cand_offset", 1);
     require_shape(pb.cand_mem_fixed, "cand_mem_fixed", 1);
     require_shape(pb.cand_mem_per_param, "cand_mem_per_param", 1);
     require_shape(pb.cand_g0, "cand_g0", 1);
@@ -161,6 +162,7 @@ void check_values(const Problem& pb) {
     const int64_t N = pb.cand_config.shape[0];
     const char* per_cand = "one entry per candidate";
     require_length(pb.cand_scale, "cand_scale", N, per_cand);
+    require_length(pb.cand_offset, "cand_offset", N, per_cand);
     require_length(pb.cand_mem_fixed, "cand_mem_fixed", N, per_cand);
     require_length(pb.cand_mem_per_param, "cand_mem_per_param", N, per_cand);
     require_length(pb.cand_g0, "cand_g0", N, per_cand);
@@ -198,7 +200,8 @@ void check_values(const Problem& pb) {
     require(std::isfinite(pb.capacity), "capacity must be finite");
     for (int64_t n = 0; n < N; ++n)
         require(pb.cand_config.data[n] >= 0 && pb.cand_config.data[n] < C, "cand_config out of range");
-    for (int64_t n = 0; n < N; ++n) require(pb.cand_scale.data[n] >= 1, "cand_scale must be >= 1");
+    for (int64_t n = 0; n < N; ++n) require(pb.cand_scale.data[n] >= 0, "cand_scale must be non-negative");
+    for (int64_t n = 0; n < N; ++n) require(pb.cand_offset.data[n] >= 0, "cand_offset must be non-negative");
     for (int64_t n = 0; n < N; ++n)
         require(pb.cand_lower_bound.data[n] >= 0, "cand_lower_bound must be non-negative");
     for (int64_t n = 0; n < N; ++n) {
@@ -219,10 +222,11 @@ void check_precondition(const Problem& pb, const ConfigTables& tables) {
         const int64_t w_total = tables.prefix_params[c * (L + 1) + L];
         const double g = sync_time_double(pb.cand_g0.data[n], pb.cand_g1.data[n], w_total);
         require(g < kTwo63, "sync time G(sum of params) overflows int64");
-        int64_t scaled = 0, objective = 0;
+        int64_t scaled = 0, shifted = 0, objective = 0;
         require(!__builtin_mul_overflow(pb.cand_scale.data[n], tables.time_bound[c] + 1, &scaled) &&
-                    !add_overflows(scaled, static_cast<int64_t>(g), &objective),
-                "objective bound scale * (time bound + 1) + G(sum of params) overflows int64");
+                    !add_overflows(scaled, pb.cand_offset.data[n], &shifted) &&
+                    !add_overflows(shifted, static_cast<int64_t>(g), &objective),
+                "objective bound scale * (time bound + 1) + offset + G(sum of params) overflows int64");
     }
 }
 
@@ -248,7 +252,7 @@ class CandidateSolver {
         int64_t unused = 0;
         const int64_t w_floor = search_params(kInf, w_base_, any_split.params, &unused);
         const int64_t w_lo = std::max(w_base_, w_floor);  // minW(t) >= w_floor for every t
-        const int64_t g_floor = sync_time(g0_, g1_, w_floor);
+        const int64_t g_floor = offset_ + sync_time(g0_, g1_, w_floor);
         bool have = false;
         int64_t best_obj = 0, best_t = 0, best_w = 0;
         int64_t w_cap = w_total_;
@@ -261,7 +265,7 @@ class CandidateSolver {
             const int64_t t = search_time(w_cap, t_lo, top.time, &w_hi);
             // w = minW(t); check(t, w_hi) holds.
             const int64_t w = search_params(t, w_lo, w_hi, &unused);
-            const int64_t obj = scale_ * t + sync_time(g0_, g1_, w);
+            const int64_t obj = scale_ * t + offset_ + sync_time(g0_, g1_, w);
             if (!have || obj < best_obj) {
                 have = true;
                 best_obj = obj;
@@ -297,6 +301,7 @@ class CandidateSolver {
         mem_per_param_ = pb_.cand_mem_per_param.data[n];
         capacity_ = pb_.capacity;
         scale_ = pb_.cand_scale.data[n];
+        offset_ = pb_.cand_offset.data[n];
         g0_ = pb_.cand_g0.data[n];
         g1_ = pb_.cand_g1.data[n];
         t_bound_ = tables_.time_bound[c];
@@ -577,7 +582,7 @@ class CandidateSolver {
     const double* inflight_ = nullptr;
     const int64_t* tier_ = nullptr;
     double mem_fixed_ = 0, mem_per_param_ = 0, capacity_ = 0, g0_ = 0, g1_ = 0;
-    int64_t scale_ = 1, t_bound_ = 0, w_total_ = 0, t_base_ = 0, w_base_ = 0;
+    int64_t scale_ = 1, offset_ = 0, t_bound_ = 0, w_total_ = 0, t_base_ = 0, w_base_ = 0;
     std::vector<int64_t> mem_row_;
     std::vector<int32_t> memlo_, pred_;
     std::vector<uint8_t> reach_prev_, reach_cur_, completes_;

@@ -1,5 +1,6 @@
 // The exact stage DP of nest: split a chain of L nodes into p contiguous, non-empty,
-// memory-feasible pipeline stages minimising scale * maxT + G(maxW), for every candidate.
+// memory-feasible pipeline stages minimising scale * maxT + offset + G(maxW), for every
+// candidate (offset: the split-independent part of the objective).
 //
 // This header is the C++ twin of python/nest/dp_problem.py (the problem format) and
 // python/nest/dp_reference.py (the oracle): same inputs, same answer to the last bit,
@@ -22,8 +23,8 @@
 // Precondition (checked, std::invalid_argument otherwise): all arithmetic fits in int64.
 // For every config c, Tbound[c] = sum(time_ps[c]) + 2 * max(send_ps[c]) (a bound on any
 // stage time) plus one, sum(params[c]) and sum(act_bytes[c]) fit in int64; for every
-// candidate n, G(sum(params[c])) < 2^63 and scale[n] * (Tbound[c] + 1) + G(sum(params[c]))
-// <= INT64_MAX. The Python reference would solve some such inputs with unbounded ints
+// candidate n, G(sum(params[c])) < 2^63 and scale[n] * (Tbound[c] + 1) + offset[n] +
+// G(sum(params[c])) <= INT64_MAX. The Python reference would solve some such inputs with unbounded ints
 // (or fail with OverflowError when storing the result); realistic inputs (picoseconds,
 // bytes) are many orders of magnitude below these limits.
 #pragma once
@@ -61,7 +62,8 @@ struct Problem {
     ArrayView<int64_t> act_bytes;         // [C, L]
     ArrayView<int64_t> send_ps;           // [C, NT, L]
     ArrayView<int64_t> cand_config;       // [N]
-    ArrayView<int64_t> cand_scale;        // [N]
+    ArrayView<int64_t> cand_scale;        // [N] >= 0
+    ArrayView<int64_t> cand_offset;       // [N] >= 0, added to the objective
     ArrayView<double> cand_mem_fixed;     // [N]
     ArrayView<double> cand_mem_per_param; // [N]
     ArrayView<double> cand_g0;            // [N]

@@ -9,7 +9,7 @@ from nest import dp_reference, engine
 from nest.dp_problem import CHUNK, INF, INFEASIBLE, PRUNED, SOLVED, DPProblem, DPResult
 
 ARRAY_FIELDS = ("time_ps", "params", "mem_params", "act_bytes", "send_ps", "cand_config", "cand_scale",
-                "cand_mem_fixed", "cand_mem_per_param", "cand_g0", "cand_g1",
+                "cand_offset", "cand_mem_fixed", "cand_mem_per_param", "cand_g0", "cand_g1",
                 "cand_lower_bound", "pos_offset", "pos_inflight", "pos_tier")
 N_RANDOM = 320
 
@@ -84,7 +84,8 @@ def random_arrays(rng: np.random.Generator, max_nodes: int = 9, max_candidates: 
     if rng.random() < 0.05:
         cand_mem_fixed[:] = 2 * capacity  # nothing fits anywhere
 
-    cand_scale = rng.integers(1, 5, size=n).astype(np.int64)
+    cand_scale = rng.integers(0, 5, size=n).astype(np.int64)  # 0: one micro-batch of 1F1B
+    cand_offset = np.where(rng.random(n) < 0.5, 0, rng.integers(0, 400, size=n)).astype(np.int64)
     cand_g0 = np.round(rng.uniform(0, 500, size=n), 2)
     mean_t = max(float(time.mean()), 1.0)
     mean_w = max(float(params.mean()), 1.0)
@@ -95,14 +96,14 @@ def random_arrays(rng: np.random.Generator, max_nodes: int = 9, max_candidates: 
     if lb_kind == "zero":
         lower = np.zeros(n, dtype=np.int64)
     elif lb_kind == "node":  # a true lower bound: scale * largest node time
-        lower = cand_scale * time.max(axis=1)[cand_config]
+        lower = cand_scale * time.max(axis=1)[cand_config] + cand_offset
     elif lb_kind == "huge":  # prunes everything after the first chunk that solves
         lower = np.full(n, 10**17, dtype=np.int64)
         lower[: min(n, 3)] = 0
     else:
         lower = rng.integers(0, int(max(time.sum(), 1)) * 4 + 1, size=n).astype(np.int64)
     return {"time_ps": time, "params": params, "mem_params": mem_params, "act_bytes": act, "send_ps": send,
-            "cand_config": cand_config, "cand_scale": cand_scale,
+            "cand_config": cand_config, "cand_scale": cand_scale, "cand_offset": cand_offset,
             "cand_mem_fixed": cand_mem_fixed, "cand_mem_per_param": cand_mem_per_param,
             "cand_g0": cand_g0, "cand_g1": cand_g1,
             "cand_lower_bound": np.asarray(lower, dtype=np.int64), "pos_offset": pos_offset,
@@ -212,7 +213,7 @@ def test_uniform_chain_ties():
 
 def test_empty_candidate_list():
     arrays = random_arrays(np.random.default_rng(1))
-    for name in ("cand_config", "cand_scale", "cand_lower_bound"):
+    for name in ("cand_config", "cand_scale", "cand_offset", "cand_lower_bound"):
         arrays[name] = np.zeros(0, np.int64)
     for name in ("cand_mem_fixed", "cand_mem_per_param", "cand_g0", "cand_g1", "pos_inflight"):
         arrays[name] = np.zeros(0)
@@ -307,13 +308,19 @@ BAD_INPUTS = {
     "negative_send": lambda a: a["send_ps"].__setitem__((0, 0, 0), -5),
     "negative_inflight": lambda a: a["pos_inflight"].__setitem__(0, -1.0),
     "negative_lower_bound": lambda a: a["cand_lower_bound"].__setitem__(0, -1),
-    "zero_scale": lambda a: a["cand_scale"].__setitem__(0, 0),
+    "negative_scale": lambda a: a["cand_scale"].__setitem__(0, -1),
+    "negative_offset": lambda a: a["cand_offset"].__setitem__(0, -1),
+    "float_offset": lambda a: a.update(cand_offset=a["cand_offset"].astype(np.float64)),
+    "shape_offset": lambda a: a.update(cand_offset=np.append(a["cand_offset"], 0)),
+    "offset_overflow": lambda a: a.update(cand_offset=np.full_like(a["cand_offset"], 2**63 - 2),
+                                          cand_scale=np.ones_like(a["cand_scale"])),
     "config_range": lambda a: a["cand_config"].__setitem__(0, a["time_ps"].shape[0]),
     "offset_start": lambda a: a["pos_offset"].__setitem__(0, 1),
     "stages_gt_nodes": _stage_overflow,
     "tier_range": lambda a: a.update(pos_offset=np.array([0, 2], np.int64),
                                      cand_config=a["cand_config"][:1].copy(),
                                      cand_scale=a["cand_scale"][:1].copy(),
+                                     cand_offset=a["cand_offset"][:1].copy(),
                                      cand_mem_fixed=a["cand_mem_fixed"][:1].copy(),
                                      cand_mem_per_param=a["cand_mem_per_param"][:1].copy(),
                                      cand_g0=a["cand_g0"][:1].copy(), cand_g1=a["cand_g1"][:1].copy(),
@@ -328,7 +335,7 @@ BAD_INPUTS = {
     "negative_tier": lambda a: (a.update(pos_offset=np.array([0, 2], np.int64),
                                          pos_inflight=np.zeros(2), pos_tier=np.array([-1, -1], np.int64),
                                          **{k: a[k][:1].copy() for k in (
-                                             "cand_config", "cand_scale", "cand_mem_fixed",
+                                             "cand_config", "cand_scale", "cand_offset", "cand_mem_fixed",
                                              "cand_mem_per_param", "cand_g0", "cand_g1",
                                              "cand_lower_bound")},
                                          time_ps=np.ones((a["time_ps"].shape[0], 3), np.int64),

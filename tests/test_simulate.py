@@ -131,24 +131,37 @@ def test_balanced_pipeline_equals_closed_form(pp, vp, m):
     assert r.step_time_s == pytest.approx((m * vp + pp - 1) * stages[0].time_s, rel=1e-12)
 
 
-def test_1f1b_never_exceeds_closed_form():
-    """Unequal stages, random forward/backward splits and transfers: 1F1B finishes no
-    later than (m + p - 1) x the slowest stage."""
+def _alpa(stages, m):
+    times = [s.time_s for s in stages]
+    return (m - 1) * max(times) + sum(times)
+
+
+def test_1f1b_closed_form_bounds_the_schedule():
+    """Unequal stages that split their work between forward and backward alike (as
+    transformer stages do), with transfers: 1F1B finishes no later than the DP's closed
+    form (m - 1) max T + sum T, and exactly then when the last stage is the slowest and
+    m >= p."""
     rng = random.Random(7)
     for _ in range(300):
         pp, m = rng.randint(1, 6), rng.randint(1, 10)
-        stages = []
-        for q in range(pp):
-            send_f = rng.uniform(0, 0.1) if q < pp - 1 else 0.0
-            send_b = rng.uniform(0, 0.1) if q > 0 else 0.0
-            work = rng.uniform(0.2, 1.0)
-            f = rng.uniform(0.05, 0.95) * work
-            stages.append(StageTasks(f, work - f, send_forward_s=send_f, send_backward_s=send_b))
+        share = rng.uniform(0.2, 0.6)
+        work = [rng.uniform(0.2, 1.0) for _ in range(pp)]
+        stages = [StageTasks(share * w, (1 - share) * w) for w in work]
         r = simulate_schedule(stages, pp, m)
-        closed = (m + pp - 1) * max(s.time_s for s in stages)
-        assert r.step_time_s <= closed * (1 + 1e-12)
-        busiest = max(r.busy_s(d) for d in range(pp))
-        assert r.step_time_s >= busiest - 1e-12
+        assert r.step_time_s <= _alpa(stages, m) * (1 + 1e-12)
+        assert r.step_time_s >= max(r.busy_s(d) for d in range(pp)) - 1e-12
+        work[-1] = max(work) * rng.uniform(1.0, 1.3)
+        stages = [StageTasks(share * w, (1 - share) * w) for w in work]
+        m = max(m, pp)
+        assert simulate_schedule(stages, pp, m).step_time_s == pytest.approx(_alpa(stages, m), rel=1e-12)
+
+
+def test_1f1b_closed_form_is_not_a_bound_for_odd_splits():
+    """A forward-heavy stage before a backward-heavy one: the schedule stalls beyond the
+    closed form (why the DP's form is a bound only for proportional stages)."""
+    stages = [StageTasks(0.6, 0.05), StageTasks(0.05, 0.8), StageTasks(0.3, 0.05)]
+    r = simulate_schedule(stages, pp=3, micro_batches=9)
+    assert r.step_time_s == pytest.approx(8.85) and _alpa(stages, 9) == pytest.approx(8.65)
 
 
 def test_interleaved_closed_form_needs_similar_chunks():
@@ -193,12 +206,22 @@ def _check_events(r):
 
 
 def _sim_checks(plan, model, cluster, job=None):
+    """The faithful simulation, and the one of the pipeline the closed form assumes."""
     r = simulate(plan, model, cluster, job)
     # The simulator builds its stage times on its own path; they are the plan's.
     for stage, tasks in zip(plan.stages, r.stages):
         assert tasks.time_s == pytest.approx(stage.time_s, rel=1e-9, abs=1e-10)
-    padded = simulate(plan, model, cluster, job, pad=True, sync="heaviest")
-    return r, padded
+    closed = simulate(plan, model, cluster, job, pad=plan.parallelism["vp"] > 1, sync="heaviest")
+    return r, closed
+
+
+def _closed_form_exact(plan, closed) -> None:
+    """Interleaved: the padded pipeline takes the closed form exactly. 1F1B: the closed
+    form (m - 1) max T + sum T is exact when the slowest stage is the last one."""
+    times = [s.time_s for s in plan.stages]
+    m, pp = plan.parallelism["num_microbatches"], plan.parallelism["pp"]
+    if plan.parallelism["vp"] > 1 or (m >= pp and times[-1] == max(times)):
+        assert closed.step_time_s == pytest.approx(plan.step_time_s, rel=1e-9)
 
 
 CASES = [  # (model, cluster, devices, evaluate kwargs)
@@ -217,10 +240,10 @@ CASES = [  # (model, cluster, devices, evaluate kwargs)
 def test_plans_simulate_consistently(model, cluster, devices, kwargs):
     c = nest.load_cluster(cluster, devices=devices)
     plan = nest.evaluate(model, c, **kwargs)
-    r, padded = _sim_checks(plan, model, c)
+    r, closed = _sim_checks(plan, model, c)
     _check_events(r)
     assert r.step_time_s <= plan.step_time_s * (1 + 1e-9)
-    assert padded.step_time_s == pytest.approx(plan.step_time_s, rel=1e-9)
+    _closed_form_exact(plan, closed)
     assert r.closed_form_s == plan.step_time_s
     assert r.schedule == ("1f1b" if kwargs.get("vp", 1) == 1 else "interleaved-1f1b")
 
@@ -262,8 +285,8 @@ def test_every_preset_agrees_with_closed_form(model, devices):
     checked = 0
     for p in _variants(model, cluster):
         assert p.parallelism["zero"] <= 1 and p.parallelism["cp"] == 1
-        r, padded = _sim_checks(p, model, cluster)
-        assert padded.step_time_s == pytest.approx(p.step_time_s, rel=1e-9)
+        r, closed = _sim_checks(p, model, cluster)
+        _closed_form_exact(p, closed)
         assert r.step_time_s <= p.step_time_s * (1 + 1e-9)
         if p.parallelism["pp"] == 1:
             assert r.step_time_s == pytest.approx(p.step_time_s, rel=1e-9)
@@ -300,3 +323,22 @@ def test_timeline_png(tmp_path):
     timeline_png(r, path)
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+@pytest.mark.parametrize("model,devices", _preset_cases())
+def test_nest_1f1b_plans_agree_with_simulation(model, devices):
+    """nest's own best 1F1B plan without overlap assumptions for every preset model at two
+    scales: the faithful simulation is never slower than the DP's step time and, with at
+    least as many micro-batches as stages, within 2% of it (measured worst 1.4%: the
+    closed form charges the fill and drain as if the slowest stage were the last and the
+    end-of-step sync as if every stage finished with the pipeline)."""
+    cluster = nest.load_cluster("dgx-h100", devices=devices)
+    limits = nest.SpaceLimits(zero=(0, 1), cp=(1,), vp=(1,))
+    try:
+        plan = nest.plan(model, cluster, limits=limits)
+    except nest.InfeasibleError:
+        pytest.skip(f"nothing fits {model} on {devices} devices")
+    r = simulate(plan, model, cluster)
+    assert r.step_time_s <= plan.step_time_s * (1 + 1e-9)
+    if plan.parallelism["num_microbatches"] >= plan.parallelism["pp"]:
+        assert plan.step_time_s <= r.step_time_s * 1.02

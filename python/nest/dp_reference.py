@@ -5,7 +5,7 @@ min-max recurrence (``O(p L^2)`` per bottleneck query) instead of the C++ core's
 bisection with an ``O(p L)`` sliding-window feasibility sweep, so the two are
 independent implementations that must return identical arrays.
 
-Per candidate, the objective ``scale * maxT + G(maxW)`` has two maxima. Both are
+Per candidate, the objective ``scale * maxT + offset + G(maxW)`` has two maxima. Both are
 non-decreasing functions of the split's ``(maxT, maxW)``, so an optimum lies on the
 Pareto front of ``(maxT, maxW)``. The front is walked from the smallest ``maxT``:
 ``t = minT(w_cap)``, then ``w = minW(t)`` is the point with that ``t``; the next point
@@ -101,7 +101,7 @@ class _Candidate:
 def solve_candidate(problem: DPProblem, n: int) -> tuple[int, int, int, list[int]] | None:
     """Optimal ``(objective, max_time, max_params, ends)`` of candidate ``n``, or None."""
     cand = _Candidate(problem, n)
-    scale = int(problem.cand_scale[n])
+    scale, offset = int(problem.cand_scale[n]), int(problem.cand_offset[n])
     g0, g1 = float(problem.cand_g0[n]), float(problem.cand_g1[n])
     w_floor = cand.min_params(INF)
     if w_floor == INF:
@@ -113,11 +113,11 @@ def solve_candidate(problem: DPProblem, n: int) -> tuple[int, int, int, list[int
         if t == INF:
             break
         w = cand.min_params(t)
-        objective = scale * t + sync_time(g0, g1, w)
+        objective = scale * t + offset + sync_time(g0, g1, w)
         if best is None or objective < best[0]:
             best = (objective, t, w)
         w_cap = w - 1
-        if scale * (t + 1) + sync_time(g0, g1, w_floor) >= best[0]:
+        if scale * (t + 1) + offset + sync_time(g0, g1, w_floor) >= best[0]:
             break
     objective, t, w = best
     return objective, t, w, cand.lexicographic_ends(t, w)
@@ -157,7 +157,7 @@ def brute_force(problem: DPProblem, n: int) -> tuple[int, int, int, list[int]] |
     from itertools import combinations
 
     cand = _Candidate(problem, n)
-    scale = int(problem.cand_scale[n])
+    scale, offset = int(problem.cand_scale[n]), int(problem.cand_offset[n])
     g0, g1 = float(problem.cand_g0[n]), float(problem.cand_g1[n])
     best = None
     for cuts in combinations(range(1, cand.nodes), cand.p - 1):
@@ -167,7 +167,7 @@ def brute_force(problem: DPProblem, n: int) -> tuple[int, int, int, list[int]] |
             continue
         t = max(cand.stage_time(k, i, j) for k, (i, j) in enumerate(zip(starts, ends)))
         w = max(cand.stage_params(i, j) for i, j in zip(starts, ends))
-        key = (scale * t + sync_time(g0, g1, w), t, w, ends)
+        key = (scale * t + offset + sync_time(g0, g1, w), t, w, ends)
         if best is None or key < best:
             best = key
     return best

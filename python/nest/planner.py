@@ -10,7 +10,9 @@ the incumbent is still solved, so ties are seen).
 1. **Partials** (everything but the ZeRO stage and the rank order) are enumerated in
    chunks (:class:`~nest.space.PartialSpace`). The memory filter is the historical one
    (the most frugal sharding). ``lb1`` bounds every candidate of a partial:
-   ``(m v + p - 1) x max(ceil((sum t + 2 (P - 1) s) / P), max t + s)`` with ``P = p v``,
+   ``scale x max(ceil((sum t + 2 (P - 1) s) / P), max t + s) + fill`` with ``P = p v`` and
+   the closed form's ``scale`` (:mod:`nest.pipeline`; for 1F1B ``fill = sum t + 2 (P - 1)
+   s`` bounds its split-independent sum of stage times, else 0),
    node times ``t`` whose communication terms are floors (below), ZeRO-2/3 traffic and the
    end-of-step sync left out (both >= 0), and ``s`` the cheapest send of any node's output
    on any tier. One pass keeps at least ``KEEP`` partials with the smallest ``lb1``;
@@ -42,7 +44,7 @@ Why the bounds are valid:
   forward, the stage after sends the gradient back, both on the boundary's tier), so
   ``max_k T_k >= ceil(sum_k T_k / P)``; the stage holding the slowest node also sends at
   least once when ``P > 1``. The heaviest stage has ``W >= max(ceil(sum W / P), max node
-  W)``. The objective ``scale x max T + G(max W)`` is monotone in both.
+  W)``. The objective ``scale x max T + offset + G(max W)`` is monotone in both.
 
 Batches are formed from the data and the incumbent only, never from thread timing, and
 the DP's result does not depend on the thread count: the search is deterministic.
@@ -56,6 +58,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from . import engine as engines
+from . import pipeline
 from .dp_problem import INF, INFEASIBLE, SOLVED, DPProblem, DPResult
 from .dp_reference import stage_details
 from .errors import InfeasibleError, SpecError
@@ -178,7 +181,7 @@ def _partial_bound_of(scn: Scenario, table: ConfigTable, c, p, dp, v, orders: tu
                                         table.arrays.micro_batch], axis=1)
     t_sum, t_max, send, micro_batch = table._cache["lb1"][c].T
     m = scn.job.micro_batches(dp, micro_batch)
-    return (m * v + p - 1) * _time_floor(t_sum, t_max, p * v, send)
+    return pipeline.time_bound(m, v, p, t_sum, _time_floor(t_sum, t_max, p * v, send), send)
 
 
 def _candidate_bound(scn: Scenario, table: ConfigTable, cands: CandidateArrays) -> np.ndarray:
@@ -190,14 +193,15 @@ def _candidate_bound(scn: Scenario, table: ConfigTable, cands: CandidateArrays) 
         table._cache["sends"] = _send_floors(scn, table)
     send = table._cache["sends"][cands.config, scn.boundary_floor(table, cands)]
     micro = scn.job.micro_batches(cands.dp, table.arrays.micro_batch[cands.config])
-    scale = micro * cands.vp + cands.pp - 1
     sync = scn.sync_columns(cands, terms)
     dense = table.cols["params_dense"][cands.config].astype(np.float64)
     expert = table.cols["params_expert"][cands.config].astype(np.float64)
     weights = to_ps(sync["dense"][:, None] * dense + sync["expert"][:, None] * expert)
     g = _sync_floor(sync["fixed_s"] * PS, cands.vp.astype(np.float64), _config_sums(scn, weights),
                     weights.max(axis=1), positions)
-    return scale * _time_floor(_config_sums(scn, kinds), kinds.max(axis=1), positions, send) + g
+    t_sum = _config_sums(scn, kinds)
+    t_floor = _time_floor(t_sum, kinds.max(axis=1), positions, send)
+    return pipeline.time_bound(micro, cands.vp, cands.pp, t_sum, t_floor, send) + g
 
 
 def _table_bound(rows: dict) -> np.ndarray:
@@ -220,7 +224,7 @@ def _table_bound(rows: dict) -> np.ndarray:
     t_floor = np.maximum(_ceil_div(time_ps.sum(axis=1) + 2 * send_sum, positions),
                          time_ps.max(axis=1) + send_min)
     g = _sync_floor(rows["g0"], rows["g1"], params.sum(axis=1), params.max(axis=1), positions)
-    return rows["scale"] * t_floor + g
+    return rows["scale"] * t_floor + rows["offset"] + g
 
 
 def _cheap(scn: Scenario, table: ConfigTable, partials: Partials, index: np.ndarray,
@@ -243,14 +247,16 @@ def _cheap(scn: Scenario, table: ConfigTable, partials: Partials, index: np.ndar
 
 
 def _problem(scn: Scenario, cands: list[Candidate], capacity: float | None = None) -> DPProblem:
-    return _build_problem(scn, scn.rows(cands), capacity)
+    rows = pipeline.with_schedule(scn.rows(cands), [scn.micro_batches(c) for c in cands],
+                                  [c.vp for c in cands])
+    return _build_problem(scn, rows, capacity)
 
 
 def _build_problem(scn: Scenario, rows: dict, capacity: float | None = None) -> DPProblem:
     return DPProblem.build(
         time_ps=rows["time_ps"], params=rows["params"], mem_params=rows["mem_params"],
         act_bytes=rows["act_bytes"], send_ps=rows["send_ps"], cand_config=np.arange(len(rows["scale"])),
-        cand_scale=rows["scale"], cand_mem_fixed=rows["mem_fixed"],
+        cand_scale=rows["scale"], cand_offset=rows["offset"], cand_mem_fixed=rows["mem_fixed"],
         cand_mem_per_param=rows["mem_per_param"], cand_g0=rows["g0"], cand_g1=rows["g1"],
         cand_lower_bound=_table_bound(rows), pos_offset=rows["pos_offset"],
         pos_inflight=rows["pos_inflight"], pos_tier=rows["pos_tier"],
@@ -263,7 +269,7 @@ def _select(rows: dict, keep: np.ndarray) -> dict:
     positions = np.diff(offset)
     position_keep = np.repeat(keep, positions)
     out = {name: rows[name][keep] for name in ("time_ps", "params", "mem_params", "act_bytes", "send_ps",
-                                               "scale", "mem_fixed", "mem_per_param", "g0", "g1")}
+                                               "scale", "offset", "mem_fixed", "mem_per_param", "g0", "g1")}
     out["pos_inflight"] = rows["pos_inflight"][position_keep]
     out["pos_tier"] = rows["pos_tier"][position_keep]
     out["pos_offset"] = np.concatenate(([0], np.cumsum(positions[keep]))).astype(np.int64)
@@ -326,7 +332,8 @@ class _Search:
             self._solve(cands.take(sub), source[sub], position[sub])
 
     def _solve(self, cands: CandidateArrays, source: np.ndarray, position: np.ndarray) -> None:
-        rows = self.scn.price(self.table, cands)
+        micro = self.scn.job.micro_batches(cands.dp, self.table.arrays.micro_batch[cands.config])
+        rows = pipeline.with_schedule(self.scn.price(self.table, cands), micro, cands.vp)
         self.priced += len(cands)
         keep = _table_bound(rows) <= self.objective
         if not keep.any():

@@ -83,7 +83,8 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
     t_max = max(d["time_ps"] for d in details)
     w_max = max(d["params"] for d in details)
     sync_ps = sync_time(float(problem.cand_g0[local]), float(problem.cand_g1[local]), w_max)
-    step_ps = int(problem.cand_scale[local]) * t_max + sync_ps
+    pipeline_ps = int(problem.cand_scale[local]) * t_max + int(problem.cand_offset[local])
+    step_ps = pipeline_ps + sync_ps
     step = step_ps / PS
 
     costs, times, sync = scn.kind_costs(cfg), scn.kind_times(cand), scn.sync_terms(cand)
@@ -108,7 +109,8 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
         "pp_comm": steady * (t_max - node_ps) / PS,
         "dp_comm": causes["dp_comm"] + end_sync,
         "optimizer": sync_ps / PS - end_sync,
-        "bubble": (pp - 1) * t_max / PS,
+        # fill and drain: the closed form's pipeline time beyond m v slowest stages
+        "bubble": (pipeline_ps - steady * t_max) / PS,
     }
     # kernels and collectives were rounded to picoseconds per node: give the residue to compute
     breakdown["compute"] += step - sum(breakdown.values())

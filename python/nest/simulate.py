@@ -1,9 +1,10 @@
 """An event-driven simulation of one training step of a plan.
 
-The stage DP prices a step with a closed form, ``(m v + p - 1) x slowest (virtual) stage
-+ exposed DP sync + optimizer``. This module checks it along an independent path: it
-builds the tasks of one step and lets them run on their devices and links in the order
-Megatron-LM issues them.
+The stage DP prices a step with a closed form (:mod:`nest.pipeline`): 1F1B ``(m - 1) x
+slowest stage + sum of the stage times``, interleaved ``(m v + p - 1) x slowest virtual
+stage``, plus the exposed DP sync and optimizer step of the heaviest stage. This module
+checks it along an independent path: it builds the tasks of one step and lets them run
+on their devices and links in the order Megatron-LM issues them.
 
 * **Tasks.** Per virtual stage ``q`` (nodes ``[s_q, e_q)`` of the layer chain) and
   micro-batch ``j``: a forward ``F(q, j)``; with recomputation a recompute ``R(q, j)``
@@ -42,18 +43,19 @@ Megatron-LM issues them.
 DP replicas and the tensor/context/expert ranks of a stage run identical timelines, so
 one pipeline (one rank per stage) is simulated.
 
-How the result relates to the closed form ``(m v + p - 1) T_max + G``: when every
-virtual stage has the same per-micro-batch time (and the same split of it between the
-forward and the backward side) the simulated pipeline takes exactly ``(m v + p - 1)
-T_max`` (1F1B and interleaved; :func:`pad_to_slowest` with ``sync="heaviest"`` makes a
-plan so and reproduces the DP's step time to rounding). Otherwise the simulation is
-faster, for three reasons: the fill and drain cost the other stages' times, not ``p - 1``
-slowest ones (large when ``m v`` is not much larger than ``p``); with ``v > 1`` a rank's
-steady-state load is the sum of its own chunks, not ``v x`` the slowest chunk; and the
-end-of-step sync of a rank covers its own chunks, not ``v x`` the heaviest. No 1F1B
-schedule was found slower than the closed form (random tests); interleaved schedules can
-be when chunks split their time between forward and backward very differently (not the
-case for transformer plans).
+How the result relates to the closed form. 1F1B: when the slowest stage is the last one
+and ``m >= p`` the simulated pipeline takes exactly ``(m - 1) T_max + sum T`` (stages that
+split their time between forward and backward alike); an earlier bottleneck overlaps part
+of the fill and drain, so the simulation is faster (nest's own plans on the presets: within
+1.5%), and with ``m < p`` Megatron runs all forwards first (faster still). Interleaved:
+when every virtual stage has the same per-micro-batch time the pipeline takes exactly
+``(m v + p - 1) T_max`` (:func:`pad_to_slowest` reproduces it to rounding); otherwise the
+simulation is faster, because a rank's steady-state load is the sum of its own chunks,
+not ``v x`` the slowest chunk, and the fill and drain cost the other stages' own times --
+the exact form is not a chain DP. The end-of-step sync of a rank covers its own chunks
+(the closed form: ``v x`` the heaviest) and starts when that rank is done. Stages that
+split forward and backward very differently can make either schedule slower than the
+closed form (not the case for transformer plans).
 """
 
 from __future__ import annotations
@@ -424,10 +426,10 @@ def _zero3_gather_excess(scn, cand, cost, place) -> tuple[float, float]:
 
 def pad_to_slowest(stages: Sequence[StageTasks]) -> list[StageTasks]:
     """Every virtual stage made as slow as the slowest one, the way the closed form sees
-    it: each stage's forward plus forward send, and its recompute, backward plus
-    backward send, become those of the slowest stage (its own sends are kept and its
-    compute absorbs the difference). The simulation of such a pipeline takes exactly
-    ``(m v + p - 1) x T_max``."""
+    an interleaved pipeline: each stage's forward plus forward send, and its recompute,
+    backward plus backward send, become those of the slowest stage (its own sends are
+    kept and its compute absorbs the difference). The simulation of such a pipeline
+    takes exactly ``(m v + p - 1) x T_max``."""
     slowest = max(stages, key=lambda s: s.time_s)
     forward_side = slowest.forward_s + slowest.send_forward_s
     backward_side = slowest.recompute_s + slowest.backward_s + slowest.send_backward_s
@@ -564,8 +566,8 @@ def render_simulation(result: SimResult) -> str:
                  f"{result.sync_time_s:.6g} s")
     times = [s.time_s for s in result.stages]
     if len(times) > 1 and max(times) > 0:
-        lines.append(f"  stage times per micro-batch {min(times):.4g}..{max(times):.4g} s: the "
-                     "closed form prices the pipeline fill and drain at the slowest stage")
+        lines.append(f"  stage times per micro-batch {min(times):.4g}..{max(times):.4g} s"
+                     + (": the closed form charges every chunk as the slowest one" if result.vp > 1 else ""))
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,78 @@
+"""Closed forms of the pipeline schedules: what the stage DP minimises for a step.
+
+With ``m`` micro-batches, ``p`` pipeline ranks, ``v`` virtual stages per rank and the
+per-micro-batch times ``T_k`` of the (virtual) stages (forward, recompute, backward and
+the sends the stage pays), the DP's objective is ``scale x max T + offset + G(max W)``
+(:mod:`nest.dp_problem`):
+
+* **1F1B** (``v = 1``): ``(m - 1) max T + sum_k T_k``. The first micro-batch crosses
+  every stage forward and back (the ``sum``, fill and drain at each stage's own time) and
+  the other ``m - 1`` follow at the pace of the slowest stage (the classic form used by
+  Alpa, Zheng et al. OSDI'22, Eq. 2; the event-driven simulator of :mod:`nest.simulate`
+  reproduces it to rounding when ``m >= p``; with ``m < p`` Megatron runs all forwards
+  first and the simulated step is shorter). The sum is split-independent: it is the sum
+  of the node times plus, per boundary, the forward send of the boundary node and the
+  backward send of its gradient on that boundary's tier. The DP uses, per boundary, the
+  largest send of any node on its tier: exact when every node's output has the same size
+  (every transformer chain nest builds), an upper bound otherwise.
+* **Interleaved 1F1B** (``v > 1``): ``(m v + p - 1) max T`` over the ``p v`` virtual
+  stages (Narayanan et al. SC'21, Sec. 2.2), exact when the virtual stages take equal
+  times and an upper bound of the simulated schedule otherwise: a rank's steady load is
+  the sum of its own chunks, which are not contiguous in the layer chain, so the exact
+  form is not a chain DP.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def scale_of(micro_batches, vp, pp) -> np.ndarray:
+    """The factor of ``max T`` in the closed form (int64, elementwise)."""
+    m, v, p = (np.asarray(x, dtype=np.int64) for x in (micro_batches, vp, pp))
+    return np.where(v == 1, m - 1, m * v + p - 1).astype(np.int64)
+
+
+def boundary_send_sum(send_ps: np.ndarray, pos_tier: np.ndarray, pos_offset: np.ndarray) -> np.ndarray:
+    """Per candidate: ``sum`` over its stage boundaries of the largest send of any node
+    but the last on the boundary's tier (``send_ps[n, tier, node]``, one row per candidate)."""
+    n = len(pos_offset) - 1
+    positions = np.diff(pos_offset)
+    owner = np.repeat(np.arange(n), positions)
+    boundary = pos_tier >= 0
+    if send_ps.shape[2] > 1:
+        largest = send_ps[:, :, :-1].max(axis=2)
+    else:
+        largest = np.zeros(send_ps.shape[:2], dtype=np.int64)
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, owner[boundary], largest[owner[boundary], pos_tier[boundary]])
+    return out
+
+
+def offset_of(rows: dict, vp) -> np.ndarray:
+    """The split-independent term of each candidate's closed form (picoseconds): for 1F1B
+    the sum of its node times plus both sends of every boundary, else 0.
+
+    ``rows`` are per-candidate DP tables (:meth:`nest.tables.Scenario.price`).
+    """
+    v = np.asarray(vp, dtype=np.int64)
+    sends = boundary_send_sum(rows["send_ps"], rows["pos_tier"], rows["pos_offset"])
+    return np.where(v == 1, rows["time_ps"].sum(axis=1) + 2 * sends, 0).astype(np.int64)
+
+
+def with_schedule(rows: dict, micro_batches, vp) -> dict:
+    """``rows`` with the closed form's ``scale`` and ``offset`` of every candidate."""
+    positions = np.diff(rows["pos_offset"])
+    pp = positions // np.asarray(vp, dtype=np.int64)
+    out = dict(rows)
+    out["scale"] = scale_of(micro_batches, vp, pp)
+    out["offset"] = offset_of(rows, vp)
+    return out
+
+
+def time_bound(micro_batches, vp, pp, t_sum, t_floor, send_floor) -> np.ndarray:
+    """A lower bound on ``scale x max T + offset`` from a lower bound ``t_floor`` on
+    ``max T``, ``t_sum`` on the sum of node times and ``send_floor`` on any send."""
+    m, v, p = (np.asarray(x, dtype=np.int64) for x in (micro_batches, vp, pp))
+    fill = np.where(v == 1, np.asarray(t_sum, dtype=np.int64) + 2 * (p - 1) * np.asarray(send_floor, dtype=np.int64), 0)
+    return scale_of(m, v, p) * np.asarray(t_floor, dtype=np.int64) + fill
