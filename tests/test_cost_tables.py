@@ -16,6 +16,11 @@ CASES = [
     ("bert-large", "dgx-h100", 64, JobSpec(global_batch=256, seq_len=512, flash_attention=False)),
     ("deepseek-v3", "dgx-h100", 2048, JobSpec(global_batch=4608, seq_len=4096)),
     ("llama3-70b", "h100-spineleaf", 256, JobSpec(global_batch=64, seq_len=32768, dtype="fp8")),
+    # the efficiency curves' branches: batched 16-bit score matmuls (no fused attention)
+    # under BF16 and FP8 GEMMs, and a device without a shape curve (plain roofline)
+    ("gpt-1.7b", "dgx-a100", 64, JobSpec(global_batch=512, seq_len=2048, flash_attention=False)),
+    ("llama2-7b", "dgx-h100", 64, JobSpec(global_batch=128, seq_len=4096, dtype="fp8", flash_attention=False)),
+    ("llama2-7b", "tpuv4-fattree", 64, JobSpec(global_batch=128, seq_len=4096)),
 ]
 
 

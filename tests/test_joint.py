@@ -140,12 +140,12 @@ def test_joint_plan_is_the_exhaustive_optimum(memory_gib):
 def test_joint_expert_search_beats_every_fixed_ep():
     """No single hand-picked EP degree is right for both cluster sizes; the joint search
     finds each scenario's best."""
-    model = MODELS["mixtral-8x7b"]
+    model = MODELS["qwen3-30b-a3b"]
     job = JobSpec(global_batch=256, seq_len=4096)
-    scenarios = [nest.load_cluster("dgx-h100", devices=n) for n in (16, 256)]
+    scenarios = [nest.load_cluster("dgx-a100", devices=n) for n in (16, 256)]
     joint = [nest.plan(model, c, job) for c in scenarios]
     assert len({p.parallelism["ep"] for p in joint}) == 2
-    for ep in (1, 2, 4, 8):
+    for ep in (1, 2, 4, 8, 16):
         fixed = []
         for cluster in scenarios:
             try:

@@ -27,6 +27,10 @@ tp)`` tokens to ``top-k`` experts; dispatch and combine are all-to-alls of ``tok
 hidden`` over the expert-parallel group, forward and backward (and again in a full
 recomputation). The capacity factor pads expert GEMMs to capacity (dropless: 1).
 
+Kernel times come from :class:`nest.compute.KernelModel` (the efficiency curves of
+:mod:`nest.efficiency`): with FP8 the linear layers' GEMMs run in FP8 and quantize their
+inputs, while attention, the output layer and MoE routers stay in 16 bits (``bmm``).
+
 Context parallelism (ring attention): each rank passes its K/V chunk around the ring,
 ``cp - 1`` steps forward; backward passes K/V and their gradients. The transfers overlap
 with the attention core; only the excess is exposed.
@@ -39,14 +43,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .compute import KernelModel
+from .compute import FLASH_BACKWARD_FACTOR, KernelModel  # noqa: F401  (FLASH_BACKWARD_FACTOR re-exported)
 from .model import BLOCK, EMBEDDING, HEAD, MOE, AttentionShape, attention_shape, node_params
 from .specs import JobSpec, ModelSpec
 
 RECOMPUTE_MODES = ("none", "selective", "full")
-
-FLASH_BACKWARD_FACTOR = 2.5
-"""Fused attention backward recomputes the scores: 2.5x the forward FLOPs (FlashAttention-2)."""
 
 
 @dataclass(frozen=True)
@@ -222,8 +223,9 @@ class NodeCostModel:
 
     # -- blocks ------------------------------------------------------------------------
 
-    def _attention_forward(self, cfg: LayerConfig) -> tuple[float, float, float, float]:
-        """(GEMM time, element-wise time, core time, forward model FLOPs) of attention."""
+    def _attention_forward(self, cfg: LayerConfig) -> tuple[float, float, float, float, float]:
+        """(GEMM time, element-wise time, core forward time, core backward time, forward
+        model FLOPs) of attention."""
         m, k, e, t, a = self.model, self.k, self.e, cfg.tp, self.attn
         n, s, b, h = self._tokens(cfg), self.job.seq_len, cfg.micro_batch, m.hidden
         rep = self._replicated(cfg)
@@ -238,14 +240,17 @@ class NodeCostModel:
         if self.job.flash_attention:
             causal = 0.5 if m.causal else 1.0
             core = k.attention(core_flops * causal / t)
+            core_bwd = k.attention_backward(core_flops * causal / t)
             elementwise = k.stream(norm_residual, kernels=3)
         else:
             heads = m.num_heads // t
             s_q = s // cfg.cp
-            core = b * heads * (k.gemm(s_q, s, a.score_dim) + k.gemm(s_q, a.v_width / m.num_heads, s))
+            # one strided-batched launch per matmul over micro-batch x heads
+            core = k.bmm(s_q, s, a.score_dim, b * heads) + k.bmm(s_q, a.v_width / m.num_heads, s, b * heads)
+            core_bwd = 2.0 * core
             scores = b * heads * s_q * s * e
             elementwise = k.stream(norm_residual + 3 * 2 * scores, kernels=6)
-        return gemm, elementwise, core, flops + core_flops
+        return gemm, elementwise, core, core_bwd, flops + core_flops
 
     def _mlp_forward(self, cfg: LayerConfig, ffn: float, tokens: float, split: int) -> tuple[float, float, float]:
         """(GEMM, element-wise, FLOPs) of an MLP of width ``ffn`` split ``split`` ways."""
@@ -266,7 +271,7 @@ class NodeCostModel:
         gemm, elementwise, _ = self._mlp_forward(cfg, m.moe_ffn_hidden, padded / experts_here, 1)
         gemm *= experts_here
         elementwise = k.stream(3 * padded * m.moe_ffn_hidden * e, kernels=int(experts_here))
-        gemm += k.gemm(local, m.num_experts, m.hidden)  # router
+        gemm += k.bmm(local, m.num_experts, m.hidden, 1)  # router (16-bit, never FP8)
         elementwise += k.stream(4 * routed * m.hidden * e, kernels=4)  # permute / unpermute
         up = 2 if m.mlp == "swiglu" else 1
         flops = 2 * n * m.experts_per_token * (up + 1) * m.hidden * m.moe_ffn_hidden
@@ -304,7 +309,7 @@ class NodeCostModel:
         return full, core // t, e * sbh // rep
 
     def _block(self, cfg: LayerConfig, moe: bool) -> KindCost:
-        gemm, elementwise, core, flops = self._attention_forward(cfg)
+        gemm, elementwise, core, core_bwd, flops = self._attention_forward(cfg)
         tp_fwd = 1  # after attention
         routed = 0.0
         if moe:
@@ -316,7 +321,6 @@ class NodeCostModel:
         el += self.k.stream(5 * self._hidden_bytes(cfg) / self._replicated(cfg), kernels=3)  # norm, residual
         gemm, elementwise, flops = gemm + g, elementwise + el, flops + f
         fwd = gemm + elementwise + core
-        core_bwd = core * (FLASH_BACKWARD_FACTOR if self.job.flash_attention else 2.0)
         bwd = 2 * gemm + 2 * elementwise + core_bwd
         full, core_bytes, block_input = self._block_activations(cfg, moe)
         passes = 3 if cfg.recompute == "full" else 2  # forward collectives repeated
@@ -367,11 +371,12 @@ class NodeCostModel:
         m, k, e, t = self.model, self.k, self.e, cfg.tp
         n, h, v = self._tokens(cfg), m.hidden, m.vocab_size
         rep = self._replicated(cfg)
-        gemm = k.gemm(n, v / t, h)
+        # the output layer is a plain 16-bit GEMM (Megatron keeps it out of FP8)
+        gemm = k.bmm(n, v / t, h, 1)
         flops = 2 * n * h * v
         acts = 2 * n * h * e // rep  # final norm input, logits-GEMM input
         if m.encoder_head:
-            gemm += k.gemm(n, h, h)
+            gemm += k.bmm(n, h, h, 1)
             flops += 2 * n * h * h
             acts += n * h * e  # masked-LM transform output
         logits = 4 * n * v // t  # fp32 logits kept for the cross-entropy backward
@@ -436,14 +441,16 @@ class NodeCostModel:
         if self.job.flash_attention:
             causal = 0.5 if m.causal else 1.0
             core = k.attention(core_flops * causal / t)
+            core_bwd = k.attention_backward(core_flops * causal / t)
             elementwise = k.stream(norm_residual, kernels=3)
         else:
             heads = m.num_heads // t
             s_q = s // c.cp
-            core = b * heads * (k.gemms(s_q, s, a.score_dim) + k.gemms(s_q, a.v_width / m.num_heads, s))
+            core = k.bmms(s_q, s, a.score_dim, b * heads) + k.bmms(s_q, a.v_width / m.num_heads, s, b * heads)
+            core_bwd = 2.0 * core
             scores = b * heads * s_q * s * e
             elementwise = k.stream(norm_residual + 3 * 2 * scores, kernels=6)
-        return gemm, elementwise, core
+        return gemm, elementwise, core, core_bwd
 
     def _mlp_table(self, c, ffn, tokens, split):
         m, k, e = self.model, self.k, self.e
@@ -462,7 +469,7 @@ class NodeCostModel:
         gemm, _ = self._mlp_table(c, m.moe_ffn_hidden, padded / experts_here, 1)
         gemm = gemm * experts_here
         elementwise = k.stream(3 * padded * m.moe_ffn_hidden * e, kernels=experts_here.astype(np.int64))
-        gemm = gemm + k.gemms(local, m.num_experts, m.hidden)
+        gemm = gemm + k.bmms(local, m.num_experts, m.hidden, 1)
         elementwise = elementwise + k.stream(4 * routed * m.hidden * e, kernels=4)
         if m.num_shared_experts:
             g, el = self._mlp_table(c, m.num_shared_experts * m.moe_ffn_hidden, n, t)
@@ -496,7 +503,7 @@ class NodeCostModel:
         return full, core // t, e * sbh // rep
 
     def _block_table(self, c, moe):
-        gemm, elementwise, core = self._attention_table(c)
+        gemm, elementwise, core, core_bwd = self._attention_table(c)
         tp_fwd = 1
         routed = 0.0
         if moe:
@@ -509,7 +516,6 @@ class NodeCostModel:
         el = el + self.k.stream(5 * hidden_bytes / self._replicated_v(c), kernels=3)
         gemm, elementwise = gemm + g, elementwise + el
         fwd = gemm + elementwise + core
-        core_bwd = core * (FLASH_BACKWARD_FACTOR if self.job.flash_attention else 2.0)
         bwd = 2 * gemm + 2 * elementwise + core_bwd
         full_bytes, core_bytes, block_input = self._block_activations_table(c, moe)
         full, selective = c.recompute == RECOMPUTE_MODES.index("full"), c.recompute == RECOMPUTE_MODES.index("selective")
@@ -549,10 +555,10 @@ class NodeCostModel:
         m, k, e, t = self.model, self.k, self.e, c.tp
         n, h, v = self._tokens_v(c), m.hidden, m.vocab_size
         rep = self._replicated_v(c)
-        gemm = k.gemms(n, v / t, h)
+        gemm = k.bmms(n, v / t, h, 1)
         acts = 2 * n * h * e // rep
         if m.encoder_head:
-            gemm = gemm + k.gemms(n, h, h)
+            gemm = gemm + k.bmms(n, h, h, 1)
             acts = acts + n * h * e
         logits = 4 * n * v // t
         fwd = gemm + k.stream(2 * 2 * n * h * e / rep + 3 * logits, kernels=4)

@@ -11,12 +11,18 @@ hierarchy). A group that spans a single tier reduces to the plain ring formulas
 When a group is not uniform (different numbers of members in different groups of a
 tier) the decomposition is not a product; it is then priced as one flat ring on the
 slowest tier it crosses, which upper-bounds the hierarchical schedule.
+
+These raw formulas price the tiers at their nominal bandwidth and latency (the graph
+model of :mod:`nest.topology` must agree with them exactly). What NCCL achieves is an
+explicit layer on top, :class:`CollectiveEfficiency`: it rescales each tier to the bus
+bandwidth collectives reach and raises its per-step latency to NCCL's, and
+:func:`calibrated_cluster` returns the cluster those formulas should then be given.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -230,3 +236,101 @@ def pair_tier_floor(cluster: ClusterSpec, distance: int) -> int:
     """Lowest :func:`tier_of_pair` of two devices ``distance`` apart: they are in different
     groups of every tier whose groups are not larger than the distance."""
     return sum(1 for size in cluster.group_sizes()[:-1] if size <= distance)
+
+
+# -- what NCCL achieves on each tier ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TierEfficiency:
+    """NCCL on one tier: ``bus_efficiency`` is the large-message bus bandwidth (nccl-tests
+    ``busbw``) as a fraction of the tier's nominal per-device bandwidth; ``step_latency``
+    the latency of one ring step (seconds), a floor under the tier's own latency."""
+
+    bus_efficiency: float
+    step_latency: float
+
+    def __post_init__(self):
+        if not 0 < self.bus_efficiency <= 1:
+            raise ValueError(f"bus_efficiency = {self.bus_efficiency!r}: must be in (0, 1]")
+        if not self.step_latency >= 0:
+            raise ValueError(f"step_latency = {self.step_latency!r}: must be >= 0")
+
+
+@dataclass(frozen=True)
+class CollectiveEfficiency:
+    """Achievable collective performance per tier, applied on top of the alpha-beta
+    formulas (which it leaves unchanged).
+
+    A collective of ``n`` bytes over ``k`` ranks of one tier then takes ``(k - 1) x
+    step_latency + (k - 1) / k x n / (bus_efficiency x bandwidth)`` per ring pass: its bus
+    bandwidth ``(k - 1) / k x n / time`` rises with the message size from the latency
+    floor and saturates at ``bus_efficiency x bandwidth``, the shape of nccl-tests'
+    ``busbw`` curves. ``scale_up`` applies to the innermost tier (NVLink/NVSwitch, a TPU
+    board), ``scale_out`` to every outer tier (the NICs: InfiniBand, RoCE, a TPU
+    fabric). Point-to-point pipeline transfers use the same tiers.
+
+    Defaults (:data:`NCCL_EFFICIENCY`), all public measurements:
+
+    * scale-up bus efficiency 0.80: ring all-reduce / all-gather / reduce-scatter on
+      8x H200 NVLink 4 reach 367.2 / 361.4 / 362.9 GB/s of 450 GB/s (80-82%; NVLS
+      all-reduce 480 GB/s, but Megatron's tensor-parallel collectives with sequence
+      parallelism are all-gathers and reduce-scatters, which NVLS does not accelerate)
+      (S. Bekman, *Machine Learning Engineering*, "SHARP",
+      https://github.com/stas00/ml-engineering/blob/master/network/README.md); an 8x A100
+      node measures 232.5 GB/s all-reduce busbw of 300 GB/s, 78%
+      (https://github.com/NVIDIA/nccl/issues/1048).
+    * scale-out bus efficiency 0.95: "On an NVIDIA DGX-A100 system we have 8x200Gbit/s IB
+      cards and we measure 192GB/s AllReduce BusBW" (24 of 25 GB/s per NIC, NCCL
+      maintainers, https://github.com/NVIDIA/nccl/issues/812 and /412); "For NDR @
+      400Gbps you should see 46-48GB/s per NIC" (https://github.com/NVIDIA/nccl-tests/issues/290).
+    * step latencies 3.4 us (NVLink) and 14 us (network): NCCL's own tuning model for
+      the ring algorithm with the Simple protocol that carries large messages
+      (``hwLat`` in ``src/graph/tuning.cc``, https://github.com/NVIDIA/nccl). Its 8.4 us
+      base latency per collective and the low-latency protocols NCCL picks for messages
+      below ~1 MB are not modelled (training collectives are megabytes).
+    """
+
+    scale_up: TierEfficiency = TierEfficiency(0.80, 3.4e-6)
+    scale_out: TierEfficiency = TierEfficiency(0.95, 14e-6)
+
+    def tier(self, index: int) -> TierEfficiency:
+        """The efficiency of tier ``index`` (0 = innermost)."""
+        return self.scale_up if index == 0 else self.scale_out
+
+    def bus_bandwidth(self, cluster: ClusterSpec, tier: int, ranks: int, nbytes: float) -> float:
+        """The bus bandwidth (bytes/s, nccl-tests convention) of a reduce-scatter or
+        all-gather of ``nbytes`` over ``ranks`` ranks of one tier, calibrated."""
+        t = calibrated_cluster(cluster, self).tiers[tier]
+        busbytes = (ranks - 1) / ranks * nbytes
+        return busbytes / ((ranks - 1) * t.latency + busbytes / t.effective_bandwidth)
+
+
+NCCL_EFFICIENCY = CollectiveEfficiency()
+"""The calibrated default (see :class:`CollectiveEfficiency`)."""
+
+RAW_EFFICIENCY = CollectiveEfficiency(TierEfficiency(1.0, 0.0), TierEfficiency(1.0, 0.0))
+"""The identity layer: nominal bandwidths and the tiers' own latencies."""
+
+
+def calibrated_cluster(cluster: ClusterSpec, efficiency: CollectiveEfficiency = NCCL_EFFICIENCY) -> ClusterSpec:
+    """``cluster`` with every tier at the bandwidth and latency collectives achieve on it.
+
+    The same devices and tier sizes; tier ``t``'s bandwidth is multiplied by its
+    ``bus_efficiency`` and its latency raised to at least its ``step_latency``. Every
+    price of this module (and the planner's tables, which read tiers the same way) on
+    the returned cluster is the calibrated one; on ``cluster`` it is the raw one.
+
+    A cluster priced on a graph (``cluster.graph``) is returned unchanged: its links are
+    priced as the graph gives them, and which links are scale-up or scale-out is the
+    graph builder's knowledge (:mod:`nest.topology` can apply the same two factors to its
+    link attributes).
+    """
+    if getattr(cluster, "graph", None) is not None:
+        return cluster
+    tiers = []
+    for index, tier in enumerate(cluster.tiers):
+        e = efficiency.tier(index)
+        tiers.append(replace(tier, bandwidth=tier.bandwidth * e.bus_efficiency,
+                             latency=max(tier.latency, e.step_latency)))
+    return replace(cluster, tiers=tuple(tiers))

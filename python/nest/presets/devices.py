@@ -2,8 +2,25 @@
 
 Memory sizes are what the datasheet states, converted with the unit the vendor uses
 for that part (A100 and TPU HBM are binary GiB; H100/H200/B200/MI300X are quoted in
-GB = 1e9 bytes). The efficiency fields are modelling assumptions shared by all
-presets until calibrated (see ``DeviceSpec``); they are not datasheet numbers.
+GB = 1e9 bytes).
+
+The efficiency fields are measurements, not datasheet numbers (the curves that use them
+are in :mod:`nest.efficiency`):
+
+* ``gemm_efficiency``: the maximum achievable BF16 matmul FLOPS as a fraction of the
+  datasheet peak (MAMF, brute-force shape search; S. Bekman, *Machine Learning
+  Engineering*, https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md#maximum-achievable-matmul-flops-comparison-table):
+  A100 SXM 271.2/312 = 86.9%, H100 SXM 794.5/989 = 80.3% (H200 the same), B200
+  1745/2250 = 77.6%, MI300X 668.4/1300 = 51.4% (ROCm 6.3, TunableOp). TPUs keep the
+  generic 0.75 (no public matmul sweep).
+* ``attention_efficiency``: fused attention forward, fraction of the 16-bit peak.
+  A100: FlashAttention-2 reaches 50-73% (Dao 2023, arXiv:2307.08691), 0.62 at the
+  causal head-dim-128 shapes of LLM training; H100/H200: FlashAttention-3 / cuDNN reach
+  ~600 TFLOP/s at head dim 128 and 2k-8k tokens (Shah et al. 2024, arXiv:2407.08608,
+  Fig. 5), 0.60. Others keep the generic 0.55.
+* ``hbm_efficiency`` (0.85) and ``kernel_overhead_s`` (4 us) stay at the ``DeviceSpec``
+  defaults: streaming kernels reach 80-90% of HBM peak, and a kernel launch plus the
+  drain and fill between dependent kernels costs a few microseconds.
 """
 
 from __future__ import annotations
@@ -14,30 +31,42 @@ GB = 1e9
 GiB = 2**30
 TFLOPS = 1e12
 
+# Measured fractions of the datasheet peak (see the module docstring for the sources).
+MAMF_A100 = 271.2 / 312
+MAMF_H100 = 794.5 / 989
+MAMF_B200 = 1745.0 / 2250
+MAMF_MI300X = 668.4 / 1300
+FLASH_A100 = 0.62
+FLASH_HOPPER = 0.60
+
 _PRESETS = [
     DeviceSpec(name="a100-40gb", memory_bytes=40 * GiB, hbm_bandwidth=1555 * GB,
                peak_flops_bf16=312 * TFLOPS, peak_flops_fp32=156 * TFLOPS,
+               gemm_efficiency=MAMF_A100, attention_efficiency=FLASH_A100,
                source="NVIDIA A100 Tensor Core GPU datasheet (SXM 40GB): 312 TFLOPS BF16, 1,555 GB/s HBM2"),
     DeviceSpec(name="a100-80gb", memory_bytes=80 * GiB, hbm_bandwidth=2039 * GB,
                peak_flops_bf16=312 * TFLOPS, peak_flops_fp32=156 * TFLOPS,
+               gemm_efficiency=MAMF_A100, attention_efficiency=FLASH_A100,
                source="NVIDIA A100 Tensor Core GPU datasheet (SXM 80GB): 312 TFLOPS BF16, 2,039 GB/s HBM2e"),
     DeviceSpec(name="h100-sxm", memory_bytes=80 * GB, hbm_bandwidth=3350 * GB,
                peak_flops_bf16=989 * TFLOPS, peak_flops_fp8=1979 * TFLOPS,
                peak_flops_fp32=494.5 * TFLOPS,
+               gemm_efficiency=MAMF_H100, attention_efficiency=FLASH_HOPPER,
                source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): 989 TFLOPS BF16 dense, "
                       "1,979 FP8, 80 GB HBM3 at 3.35 TB/s"),
     DeviceSpec(name="h200", memory_bytes=141 * GB, hbm_bandwidth=4800 * GB,
                peak_flops_bf16=989 * TFLOPS, peak_flops_fp8=1979 * TFLOPS,
                peak_flops_fp32=494.5 * TFLOPS,
+               gemm_efficiency=MAMF_H100, attention_efficiency=FLASH_HOPPER,
                source="NVIDIA H200 Tensor Core GPU datasheet (SXM): 141 GB HBM3e at 4.8 TB/s"),
     DeviceSpec(name="b200", memory_bytes=180 * GB, hbm_bandwidth=8000 * GB,
                peak_flops_bf16=2250 * TFLOPS, peak_flops_fp8=4500 * TFLOPS,
-               peak_flops_fp32=1100 * TFLOPS,
+               peak_flops_fp32=1100 * TFLOPS, gemm_efficiency=MAMF_B200,
                source="NVIDIA DGX B200 datasheet (per GPU: 180 GB HBM3e usable, 8 TB/s, "
                       "2.25 PFLOPS dense BF16, 4.5 PFLOPS dense FP8)"),
     DeviceSpec(name="mi300x", memory_bytes=192 * GB, hbm_bandwidth=5300 * GB,
                peak_flops_bf16=1307.4 * TFLOPS, peak_flops_fp8=2614.9 * TFLOPS,
-               peak_flops_fp32=653.7 * TFLOPS,
+               peak_flops_fp32=653.7 * TFLOPS, gemm_efficiency=MAMF_MI300X,
                source="AMD Instinct MI300X datasheet: 192 GB HBM3 at 5.3 TB/s, "
                       "1,307.4 TFLOPS BF16 dense"),
     DeviceSpec(name="tpuv4", memory_bytes=32 * GiB, hbm_bandwidth=1200 * GB,

@@ -1,0 +1,349 @@
+"""Prediction fidelity: nest's step time and memory against published training runs.
+
+    python bench/fidelity/run_fidelity.py            # prints the tables, writes results.md
+
+Every point of :mod:`points` is evaluated with ``nest.evaluate`` at its published layout,
+with Megatron's split of layers into (virtual) pipeline stages (equal blocks, the
+embedding on the first and the output layer on the last stage), on its cluster with
+:func:`nest.network.calibrated_cluster` (NCCL bus bandwidths and latencies). Columns:
+
+* **nest**: the closed-form step time ``nest evaluate`` reports (what the planner ranks);
+* **sim**: ``nest evaluate --simulate`` (event-driven replay of the same plan);
+* **overlap**: a *prototype of phase 2, not nest's model*: the closed form minus the
+  communication the run overlapped (see :func:`hidden_communication`); **sim+overlap**
+  the simulated step minus the same seconds;
+* **raw network**: the closed form without the NCCL efficiency layer (nominal tier
+  bandwidths and latencies), for comparison.
+
+Device memory only decides feasibility and is set to "unlimited" for timing (all these
+runs fit on their GPUs); memory is compared separately against Megatron-LM's
+theoretical formulas (:mod:`nest.memory_formulas`) for the same layouts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import nest  # noqa: E402
+from nest.costs import LayerConfig  # noqa: E402
+from nest.memory_formulas import megatron_memory, relative_error  # noqa: E402
+from nest.network import NCCL_EFFICIENCY, RAW_EFFICIENCY, calibrated_cluster  # noqa: E402
+from nest.simulate import simulate  # noqa: E402
+from nest.specs import JobSpec, OptimizerSpec  # noqa: E402
+from nest.tables import Candidate, Scenario  # noqa: E402
+
+from points import POINTS, SOURCES, Point, cluster_of  # noqa: E402
+
+UNLIMITED = 1e15
+"""Device memory for timing runs (bytes): these configurations ran, so they fit."""
+
+
+def megatron_split(layers: int, pp: int, vp: int) -> list[int]:
+    """Nodes per virtual stage in schedule order: equal blocks of transformer layers, the
+    embedding node on the first and the head node on the last virtual stage."""
+    stages = pp * vp
+    if layers % stages:
+        raise ValueError(f"{layers} layers do not split into {stages} virtual stages")
+    split = [layers // stages] * stages
+    split[0] += 1
+    split[-1] += 1
+    return split
+
+
+def job_of(point: Point) -> JobSpec:
+    return JobSpec(point.global_batch, point.seq_len, dtype=point.dtype,
+                   optimizer=OptimizerSpec(grad_bytes=point.grad_bytes), flash_attention=point.flash)
+
+
+def timing_cluster(point: Point, efficiency=NCCL_EFFICIENCY):
+    cluster = calibrated_cluster(cluster_of(point), efficiency)
+    return replace(cluster, device=replace(cluster.device, memory_bytes=UNLIMITED))
+
+
+def evaluate(point: Point, efficiency=NCCL_EFFICIENCY, **overrides):
+    """``nest.evaluate`` of the point's published configuration (fields overridable)."""
+    p = replace(point, **overrides) if overrides else point
+    cluster = timing_cluster(p, efficiency)
+    return nest.evaluate(p.model, cluster, job_of(p), tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp,
+                         micro_batch=p.mbs, recompute=p.recompute, sp=p.sp, zero=p.zero, vp=p.vp,
+                         layers_per_stage=megatron_split(p.model.num_layers, p.pp, p.vp))
+
+
+def overlap_prototype(plan, point: Point) -> float:
+    """The closed-form step time minus :func:`hidden_communication`."""
+    return plan.step_time_s - hidden_communication(plan, point)
+
+
+def hidden_communication(plan, point: Point) -> float:
+    """PHASE-2 PROTOTYPE (post-processing of the plan's breakdown, not nest's model): the
+    seconds of communication the run overlapped with compute.
+
+    ``m`` micro-batches, ``v`` virtual stages per rank, ``p`` stages; ``scale = (m v + p -
+    1) / (m v)`` turns per-step steady-state seconds into seconds of the closed form.
+
+    * ``tp``: Transformer Engine's userbuffers overlap splits each sequence-parallel
+      all-gather / reduce-scatter into ``tp`` chunks pipelined with the GEMM they feed;
+      one chunk stays exposed: hidden ``= tp_comm x scale x (tp - 1) / tp``.
+    * ``dp``: the gradient reduce-scatter (all-reduce without the distributed optimizer)
+      runs bucket by bucket during the last micro-batch's backward and the parameter
+      all-gather during the next step's first forward: hidden ``= min(RS, backward of one
+      micro-batch) + min(AG, forward of one micro-batch)``, with RS : AG in proportion to
+      the gradient and weight bytes and a micro-batch's forward (backward) one third (two
+      thirds) of the stage's compute per micro-batch.
+    * ``pp``: Megatron overlaps the point-to-point sends of the steady state with
+      compute: hidden ``= pp_comm x scale``.
+    """
+    b = plan.breakdown_s
+    par = plan.parallelism
+    m, v, p = par["num_microbatches"], par["vp"], par["pp"]
+    scale = (m * v + p - 1) / (m * v)
+    hidden = 0.0
+    if "tp" in point.overlaps and point.tp > 1:
+        hidden += b["tp_comm"] * scale * (point.tp - 1) / point.tp
+    if "pp" in point.overlaps:
+        hidden += b["pp_comm"] * scale
+    if "dp" in point.overlaps:
+        per_mb = b["compute"] / m  # one micro-batch through all of a rank's virtual stages
+        wb = 4 if point.dtype == "fp32" else 2
+        if point.zero == 0:
+            rs, ag = b["dp_comm"], 0.0
+        else:
+            rs = b["dp_comm"] * point.grad_bytes / (point.grad_bytes + wb)
+            ag = b["dp_comm"] - rs
+        hidden += min(rs, per_mb * 2 / 3) + min(ag, per_mb / 3)
+    return hidden
+
+
+@dataclass
+class Row:
+    point: Point
+    measured: float
+    nest: float
+    sim: float
+    overlap: float
+    sim_overlap: float  # simulated minus the same hidden communication
+    raw: float  # closed form without the NCCL efficiency layer
+    breakdown: dict
+
+    @staticmethod
+    def err(pred: float, meas: float) -> float:
+        return (pred - meas) / meas
+
+
+def run_point(point: Point) -> Row:
+    plan = evaluate(point)
+    cluster = timing_cluster(point)
+    sim = simulate(plan, point.model, cluster, job_of(point)).step_time_s
+    raw = evaluate(point, RAW_EFFICIENCY).step_time_s
+    hidden = hidden_communication(plan, point)
+    return Row(point, point.measured_step_s, plan.step_time_s, sim, plan.step_time_s - hidden, sim - hidden,
+               raw, dict(plan.breakdown_s))
+
+
+# -- statistics ---------------------------------------------------------------------------
+
+
+def ranks(values: list[float]) -> list[float]:
+    """Ranks 1..n, ties averaged."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(a: list[float], b: list[float]) -> float:
+    """Spearman's rank correlation (Pearson on ranks); nan for fewer than two points."""
+    if len(a) < 2:
+        return float("nan")
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    va = math.sqrt(sum((x - ma) ** 2 for x in ra))
+    vb = math.sqrt(sum((y - mb) ** 2 for y in rb))
+    return cov / (va * vb) if va and vb else float("nan")
+
+
+def summary(rows: list[Row], attr: str) -> tuple[float, float, str]:
+    """(mean absolute error, worst absolute error, worst row) of ``attr`` over ``rows``."""
+    errors = [(abs(Row.err(getattr(r, attr), r.measured)), r.point.label) for r in rows]
+    worst = max(errors)
+    return sum(e for e, _ in errors) / len(errors), worst[0], worst[1]
+
+
+# -- memory ---------------------------------------------------------------------------------
+
+
+def nest_first_stage_memory(point: Point, sp: bool, recompute: str) -> tuple[float, float]:
+    """(weights and optimizer, activations) bytes nest charges the first (virtual) stage
+    (``memory_per_device`` of that stage without the reserved workspace and the
+    recomputation buffer, which the formula does not have)."""
+    cluster = timing_cluster(point)
+    job = job_of(point)
+    scn = Scenario(point.model, cluster, job)
+    cfg = LayerConfig(point.tp, sp, point.mbs, recompute, point.model.tied_embeddings and point.pp > 1,
+                      point.cp)
+    cand = Candidate(cfg, point.pp, point.dp, point.vp, point.zero)
+    costs, sync = scn.kind_costs(cfg), scn.sync_terms(cand)
+    first = megatron_split(point.model.num_layers, point.pp, point.vp)[0]
+    kinds = scn.kinds[:first]
+    weights = point.vp * sum(costs[k].params_dense * sync.dense_bytes + costs[k].params_expert * sync.expert_bytes
+                             for k in kinds)
+    activations = float(scn.inflight(cand)[0]) * sum(costs[k].act_bytes for k in kinds)
+    return weights, activations
+
+
+def memory_rows(points: list[Point]) -> list[dict]:
+    """nest vs Megatron's formula, per layout, in the two modes the formula covers.
+
+    The formula assumes fused attention (no ``s^2`` terms) and FP32 gradients (18 or
+    ``6 + 12 / dp`` bytes per parameter), and knows no context parallelism: each layout is
+    compared under those assumptions (FP32 gradients, fused attention; with context
+    parallelism ``s / cp`` tokens per rank and the optimizer sharded over ``dp x cp``, as
+    Megatron-Core does)."""
+    rows, seen = [], set()
+    for point in points:
+        if point.zero > 1 or point.model.is_moe:
+            continue
+        key = (point.model, point.seq_len, point.tp, point.pp, point.vp, point.cp, point.mbs,
+               point.dp if point.zero else 0,
+               min(point.pp, point.global_batch // (point.dp * point.mbs)) if point.vp == 1 else 0)
+        if key in seen:  # the same layout at another scale or recomputation: same memory
+            continue
+        seen.add(key)
+        point = replace(point, grad_bytes=4, flash=True)
+        modes = [("no SP, no recompute", False, "none", False)]
+        if point.tp > 1:
+            modes.insert(0, ("SP + selective", True, "selective", True))
+        micro = point.global_batch // (point.dp * point.mbs)
+        for name, sp, recompute, formula_sp in modes:
+            weights, acts = nest_first_stage_memory(point, sp, recompute)
+            ref = megatron_memory(point.model, point.seq_len // point.cp, point.mbs, point.tp, point.pp,
+                                  point.dp * point.cp, vp=point.vp, num_microbatches=micro,
+                                  distributed_optimizer=point.zero >= 1, sp_selective=formula_sp)
+            rows.append({"label": point.label, "mode": name, "vp": point.vp, "nest_w": weights, "nest_a": acts,
+                         "ref_w": ref.weights_and_optimizer, "ref_a": ref.activations,
+                         "err_w": relative_error(weights, ref.weights_and_optimizer),
+                         "err_a": relative_error(acts, ref.activations),
+                         "err": relative_error(weights + acts, ref.total)})
+    return rows
+
+
+# -- report ---------------------------------------------------------------------------------
+
+
+def pct(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{100 * x:+.1f}%"
+
+
+def time_table(rows: list[Row]) -> list[str]:
+    lines = ["| source | configuration | reported | measured s | nest s | err | sim s | err "
+             "| overlap* s | err | sim+overlap* s | err | tokens/s/GPU meas / nest | TFLOP/s/GPU meas / nest |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        p = r.point
+        tok_m, tok_p = p.tokens / (r.measured * p.gpus), p.tokens / (r.nest * p.gpus)
+        tf_m, tf_p = p.flops_per_token * tok_m / 1e12, p.flops_per_token * tok_p / 1e12
+        mark = "" if p.headline else " (exploratory)"
+        lines.append(f"| {p.source} | {p.label}{mark} | {p.reported} | {r.measured:.3f} | {r.nest:.3f} | "
+                     f"{pct(Row.err(r.nest, r.measured))} | {r.sim:.3f} | {pct(Row.err(r.sim, r.measured))} | "
+                     f"{r.overlap:.3f} | {pct(Row.err(r.overlap, r.measured))} | {r.sim_overlap:.3f} | "
+                     f"{pct(Row.err(r.sim_overlap, r.measured))} | {tok_m:.0f} / {tok_p:.0f} | "
+                     f"{tf_m:.0f} / {tf_p:.0f} |")
+    return lines
+
+
+def stats_lines(rows: list[Row]) -> list[str]:
+    head = [r for r in rows if r.point.headline]
+    lines = ["| set | points | MAE nest | worst nest | MAE sim | worst sim | MAE overlap* | worst overlap* "
+             "| MAE sim+overlap* | worst sim+overlap* | MAE nest, raw network |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    sets = [("all headline", head)] + [(s, [r for r in head if r.point.source == s]) for s in SOURCES]
+    sets.append(("ZeRO-3 (exploratory)", [r for r in rows if not r.point.headline]))
+    for name, subset in sets:
+        if not subset:
+            continue
+        n = summary(subset, "nest")
+        s = summary(subset, "sim")
+        o = summary(subset, "overlap")
+        so = summary(subset, "sim_overlap")
+        w = summary(subset, "raw")
+        lines.append(f"| {name} | {len(subset)} | {100 * n[0]:.1f}% | {100 * n[1]:.1f}% ({n[2]}) | "
+                     f"{100 * s[0]:.1f}% | {100 * s[1]:.1f}% ({s[2]}) | {100 * o[0]:.1f}% | {100 * o[1]:.1f}% | "
+                     f"{100 * so[0]:.1f}% | {100 * so[1]:.1f}% | {100 * w[0]:.1f}% |")
+    return lines
+
+
+def ranking_lines(rows: list[Row]) -> list[str]:
+    groups: dict[str, list[Row]] = {}
+    for r in rows:
+        if r.point.group:
+            groups.setdefault(f"{r.point.source} {r.point.group}", []).append(r)
+    lines = ["| group | configurations (measured s) | Spearman nest | Spearman sim | Spearman overlap* |",
+             "|---|---|---:|---:|---:|"]
+    for name, rs in groups.items():
+        if len(rs) < 2:
+            continue
+        meas = [r.measured for r in rs]
+        configs = "; ".join(f"{r.point.label} ({r.measured:.2f})" for r in rs)
+        lines.append(f"| {name} | {configs} | {spearman([r.nest for r in rs], meas):.2f} | "
+                     f"{spearman([r.sim for r in rs], meas):.2f} | {spearman([r.overlap for r in rs], meas):.2f} |")
+    return lines
+
+
+def memory_lines(mem: list[dict]) -> list[str]:
+    gib = 2**30
+    lines = ["| configuration | formula mode | weights+opt nest / Megatron GiB | err | activations nest / "
+             "Megatron GiB | err | total err |", "|---|---|---:|---:|---:|---:|---:|"]
+    for m in mem:
+        lines.append(f"| {m['label']} | {m['mode']} | {m['nest_w'] / gib:.2f} / {m['ref_w'] / gib:.2f} | "
+                     f"{pct(m['err_w'])} | {m['nest_a'] / gib:.2f} / {m['ref_a'] / gib:.2f} | {pct(m['err_a'])} | "
+                     f"{pct(m['err'])} |")
+    lines.append("")
+    for name, subset in (("all", mem), ("non-interleaved", [m for m in mem if m["vp"] == 1]),
+                         ("interleaved", [m for m in mem if m["vp"] > 1])):
+        total = [abs(m["err"]) for m in subset]
+        weights = [abs(m["err_w"]) for m in subset]
+        lines.append(f"* {name}: total within 10% for {sum(e <= 0.10 for e in total)} of {len(total)} "
+                     f"(mean |error| {100 * sum(total) / len(total):.1f}%, worst {100 * max(total):.1f}%); "
+                     f"weights and optimizer worst {100 * max(weights):.1f}%.")
+    return lines
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(HERE / "results.md"), help="markdown report path")
+    args = parser.parse_args(argv)
+
+    rows = [run_point(p) for p in POINTS]
+    mem = memory_rows([p for p in POINTS if p.headline])
+    report = ["# Prediction fidelity", "",
+              "Generated by `python bench/fidelity/run_fidelity.py` (sources in `bench/fidelity/points.py`).",
+              "Errors are (predicted - measured) / measured iteration time. *overlap* is a phase-2 prototype "
+              "(communication the run overlapped removed by post-processing), not nest's model.", "",
+              "## Iteration time", ""] + time_table(rows) + ["", "## Summary", ""] + stats_lines(rows) + \
+             ["", "## Ranking (same source, model and GPU count)", ""] + ranking_lines(rows) + \
+             ["", "## Memory: nest vs Megatron-LM theoretical formulas (first stage, without the reserved "
+                  "workspace)", ""] + memory_lines(mem) + ["", "## Sources", ""] + \
+             [f"* `{k}`: {v}" for k, v in SOURCES.items()] + [""]
+    text = "\n".join(report)
+    Path(args.out).write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
