@@ -42,13 +42,15 @@ def _int_list(text: str) -> list[int]:
 
 def _add_scenario(parser: argparse.ArgumentParser, device_list: bool = False) -> None:
     parser.add_argument("--model", help="preset name, model file (JSON/YAML) or Hugging Face config.json")
-    parser.add_argument("--cluster", help="preset name or cluster file (JSON/YAML)")
+    parser.add_argument("--cluster", help="preset name (see 'nest clusters'), cluster file (JSON/YAML tiers "
+                                          "or graph) or network graph (node-link JSON, GraphML, YAML edge list)")
     parser.add_argument("--nest-instance", metavar="FILE",
                         help="a NEST artifact DP instance (its measured layers, network and job)")
     parser.add_argument("--profile", metavar="FILE",
                         help="measured layer profile (JSON/CSV) used instead of the analytic model")
-    parser.add_argument("--emit", choices=("megatron", "deepspeed", "torchtitan"),
-                        help="print the plan as launch arguments/config for this framework")
+    parser.add_argument("--emit", choices=("megatron", "deepspeed", "torchtitan", "hostfile"),
+                        help="print the plan as launch arguments/config for this framework, or "
+                             "(hostfile) its rank -> host/device map as an Open MPI rankfile")
     if device_list:
         parser.add_argument("--devices", type=_int_list, required=True,
                             help="comma-separated device counts, e.g. 64,128,256,512,1024")
@@ -197,13 +199,15 @@ def _run(args) -> int:
                       f"hidden {r['hidden']:>5}  heads {r['heads']:>3}/{r['kv_heads']:<3} seq {r['seq_len']}")
         return EXIT_OK
     if args.command == "clusters":
-        from .presets.clusters import CLUSTERS
+        from .presets.clusters import CLUSTERS, GRAPH_CLUSTERS
         from .presets.devices import DEVICES
 
         rows = {"clusters": [{"name": t.name, "device": t.device.name, "default_devices": t.default_devices,
                               "tiers": [{"name": x.name, "fanout": x.fanout, "bandwidth_GBps": x.bandwidth / 1e9,
                                          "latency_us": x.latency * 1e6} for x in t.tiers]}
                              for t in CLUSTERS.values()],
+                "graph_clusters": [{"name": t.name, "device": t.device.name, "default_devices": t.default_devices,
+                                    "network": t.description} for t in GRAPH_CLUSTERS.values()],
                 "devices": [{"name": d.name, "memory_GiB": d.memory_bytes / 2**30,
                              "peak_TFLOPS_bf16": d.peak_flops_bf16 / 1e12,
                              "hbm_bandwidth_GBps": d.hbm_bandwidth / 1e9} for d in DEVICES.values()]}
@@ -214,6 +218,8 @@ def _run(args) -> int:
                 tiers = ", ".join(f"{x['name']} x{x['fanout'] if x is not t['tiers'][-1] else 'N'} "
                                   f"@ {x['bandwidth_GBps']:g} GB/s" for x in t["tiers"])
                 print(f"{t['name']:<15} {t['device']:<12} {tiers}")
+            for t in rows["graph_clusters"]:
+                print(f"{t['name']:<15} {t['device']:<12} graph: {t['network']}")
             print()
             for d in rows["devices"]:
                 print(f"{d['name']:<12} {d['memory_GiB']:7.1f} GiB  {d['peak_TFLOPS_bf16']:7.1f} TFLOPS bf16  "

@@ -57,6 +57,15 @@
     fp8. torchtitan always shards the sequence with TP (sequence parallel), and accepts
     only bfloat16/float32 parameters (fp16 raises SpecError).
 
+``hostfile``
+    The rank -> device map of the plan's ``placement`` as an Open MPI rankfile, one line
+    per rank: ``rank R=HOST slot=S`` (``mpirun -np N --rankfile FILE``; ``S`` is the
+    device's position among its host's devices, i.e. its local rank / CUDA device index),
+    after ``#`` comment lines that say how to launch it with torchrun when torchrun can
+    express it (every host's ranks consecutive with slots ascending: then ``RANK =
+    node_rank x P + LOCAL_RANK`` reproduces the map, with the hosts' node ranks in the
+    order they first appear) and that it cannot otherwise.
+
 Stage layers are the plan's node names (``embedding``, ``block.N``, ``head``). With
 ``vp > 1`` the plan's stages are either the ``pp * vp`` virtual stages in model order
 or the ``pp`` physical stages of an even interleaved split.
@@ -70,17 +79,50 @@ import re
 from .errors import SpecError
 
 FORMATS = ("megatron", "deepspeed", "torchtitan")
-"""The ``fmt`` values :func:`emit` accepts."""
+"""The frameworks :func:`emit` writes launch configurations for."""
+
+PLACEMENT_FORMATS = ("hostfile",)
+"""The rank -> device maps :func:`emit` writes (from the plan's ``placement``)."""
 
 _BLOCK = re.compile(r"^block\.(\d+)$")
 
 
 def emit(plan_dict: dict, fmt: str) -> str:
     """The launch configuration of ``plan_dict`` (``Plan.to_dict()``) for framework ``fmt``."""
-    if fmt not in FORMATS:
-        raise SpecError(f"emit = {fmt!r}: unknown format (known: {', '.join(FORMATS)})")
+    if fmt not in FORMATS + PLACEMENT_FORMATS:
+        raise SpecError(f"emit = {fmt!r}: unknown format (known: {', '.join(FORMATS + PLACEMENT_FORMATS)})")
+    if fmt == "hostfile":
+        return _hostfile(plan_dict)
     plan = _Plan(plan_dict)
     return {"megatron": _megatron, "deepspeed": _deepspeed, "torchtitan": _torchtitan}[fmt](plan)
+
+
+def _hostfile(plan_dict: dict) -> str:
+    """An Open MPI rankfile of the plan's placement (module docstring)."""
+    placement = plan_dict.get("placement") if isinstance(plan_dict, dict) else None
+    ranks = placement.get("ranks") if isinstance(placement, dict) else None
+    if not isinstance(ranks, list) or not ranks:
+        raise SpecError(f"plan.placement = {placement!r}: needs ranks (a plan of nest >= the placement output)")
+    for i, r in enumerate(ranks):
+        if not (isinstance(r, dict) and r.get("rank") == i and "host" in r and "slot" in r):
+            raise SpecError(f"plan.placement.ranks[{i}] = {r!r}: needs rank {i}, host and slot")
+    hosts = list(dict.fromkeys(str(r["host"]) for r in ranks))
+    per_host = {h: [r for r in ranks if str(r["host"]) == h] for h in hosts}
+    width = max(len(v) for v in per_host.values())
+    contiguous = all(
+        [r["rank"] for r in members] == list(range(members[0]["rank"], members[0]["rank"] + len(members)))
+        and [r["slot"] for r in members] == list(range(len(members))) and len(members) == width
+        for members in per_host.values())
+    lines = [f"# nest placement: {len(ranks)} ranks on {len(hosts)} hosts (Open MPI rankfile)",
+             f"# mpirun -np {len(ranks)} --rankfile THIS_FILE ...   (slot S: the rank uses device S of its host)"]
+    if contiguous:
+        lines.append(f"# torchrun --nnodes {len(hosts)} --nproc-per-node {width} --node-rank <i> ...: host i is "
+                     f"the i-th host below ({hosts[0]} is 0); RANK = node_rank * {width} + LOCAL_RANK")
+    else:
+        lines.append("# torchrun cannot express this placement (a host's ranks are not consecutive); "
+                     "use the rankfile")
+    lines += [f"rank {r['rank']}={r['host']} slot={r['slot']}" for r in ranks]
+    return "\n".join(lines)
 
 
 # -- reading the plan ---------------------------------------------------------------

@@ -2,8 +2,10 @@
 
 The rank order names the parallel dimensions innermost first (Megatron-LM's default
 ``tp-cp-ep-dp-pp``: tensor-parallel peers are adjacent devices, pipeline stages are
-farthest apart). Rank ``r`` runs on device ``r``; a plan that uses fewer devices than
-the cluster has takes the first ``devices_used`` devices, which keeps it compact.
+farthest apart). Rank ``r`` runs on device ``r`` of a hierarchical cluster, and on device
+``device_order[r]`` of a cluster on a graph (a locality-preserving order, see
+:func:`nest.topology.locality_order`); a plan that uses fewer devices than the cluster
+has takes the first ``devices_used`` of them, which keeps it compact.
 """
 
 from __future__ import annotations
@@ -204,3 +206,70 @@ def boundary_tiers_reduced(layout: Layout, cluster: ClusterSpec, period: int) ->
     ranks = stage[:, None] * stride + offsets[None, :]
     shift = np.where(stage < pp - 1, stride, -(pp - 1) * stride)
     return tier_of_pair(cluster, ranks, ranks + shift[:, None]).max(axis=1)
+
+
+@dataclass(frozen=True, eq=False)
+class RankPlacement:
+    """Where every rank of a plan runs, as arrays indexed by rank.
+
+    ``coords[dim]`` for ``tp, cp, dp, pp`` (the layout) and ``ep, expert_dp`` (MoE
+    folding: a stage's tensor x context x data ranks in ascending order, cut into runs of
+    ``ep``; ``ep`` is the position in the run, ``expert_dp`` the run); ``device``: the
+    device index (hierarchical clusters) or node id as a string (graphs); ``hosts`` and
+    ``host``: the machines and each rank's (tier-0 group ``node<i>`` on hierarchical
+    clusters, the device's ``host`` attribute or the device itself on graphs); ``slot``:
+    the device's position among its host's devices (by device index), the local rank a
+    launcher gives it.
+    """
+
+    coords: dict
+    device: list
+    hosts: list
+    host: np.ndarray
+    slot: np.ndarray
+    on_graph: bool = False
+
+    def records(self) -> list[dict]:
+        """One dict per rank: ``rank``, the coordinates, ``device``, ``host``, ``slot``."""
+        dims = ("tp", "cp", "dp", "pp", "ep", "expert_dp")
+        columns = [self.coords[d].tolist() for d in dims]
+        host, slot = self.host.tolist(), self.slot.tolist()
+        return [{"rank": r, **{d: c[r] for d, c in zip(dims, columns)}, "device": self.device[r],
+                 "host": self.hosts[host[r]], "slot": slot[r]} for r in range(len(host))]
+
+
+def rank_placement(cluster: ClusterSpec, layout: Layout, ep: int = 1) -> RankPlacement:
+    """The :class:`RankPlacement` of ``layout`` on ``cluster``."""
+    coords = {d: c for d, c in layout.coordinates().items() if d != "ep"}
+    n = layout.size
+    within = np.empty(n, dtype=np.int64)  # position among the stage's ranks, ascending
+    within[np.lexsort((np.arange(n), coords["pp"]))] = np.arange(n) % (n // layout.degrees.get("pp", 1))
+    coords["ep"], coords["expert_dp"] = within % ep, within // ep
+    ranks = np.arange(n, dtype=np.int64)
+    if cluster.graph is None:
+        per_host = cluster.tiers[0].fanout
+        host = ranks // per_host
+        return RankPlacement(coords, ranks.tolist(), [f"node{h}" for h in range(int(host[-1]) + 1)], host,
+                             ranks % per_host)
+    attrs = cluster.graph.nodes
+    order = cluster.device_order[:n]
+    names, host = np.unique([str(attrs[d].get("host", d)) for d in order], return_inverse=True)
+    position = {d: i for i, d in enumerate(_device_ids(cluster))}
+    index = np.array([position[d] for d in order], dtype=np.int64)
+    # hosts in order of first appearance (their ranks), slots by device index on the host
+    first = np.full(len(names), n)
+    np.minimum.at(first, host.ravel(), ranks)
+    rename = np.argsort(np.argsort(first, kind="stable"), kind="stable")
+    host = rename[host.ravel()]
+    by_host = np.lexsort((index, host))
+    slot = np.empty(n, dtype=np.int64)
+    starts = np.searchsorted(host[by_host], host[by_host])
+    slot[by_host] = np.arange(n) - starts
+    hosts = [str(h) for h in names[np.argsort(rename)]]
+    return RankPlacement(coords, [str(d) for d in order], hosts, host, slot, on_graph=True)
+
+
+def _device_ids(cluster: ClusterSpec) -> list:
+    from .topology import devices
+
+    return devices(cluster.graph)

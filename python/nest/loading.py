@@ -25,6 +25,17 @@ cluster::
     tiers:                   # innermost first; fanouts multiply to the device count
       - {name: nvlink, fanout: 8, bandwidth_GBps: 300, latency_us: 3}
       - {name: ib, fanout: 16, bandwidth_GBps: 25, latency_us: 5, oversubscription: 2}
+
+cluster on a graph (instead of ``tiers``)::
+
+    name: my-cluster
+    device: h100-sxm
+    graph: net.graphml       # node-link JSON, GraphML or YAML edge list (nest.topology),
+                             # relative to this file
+
+A graph file can also be given directly (``--cluster net.graphml``): its graph
+attributes ``name`` and ``device`` (a preset name; default ``h100-sxm``) name the cluster
+and its devices (YAML edge lists: top-level ``name`` and ``device`` keys).
 """
 
 from __future__ import annotations
@@ -37,14 +48,14 @@ from pathlib import Path
 import yaml
 
 from .errors import SpecError
-from .presets.clusters import CLUSTERS
+from .presets.clusters import CLUSTERS, GRAPH_CLUSTERS
 from .presets.devices import DEVICES
 from .presets.models import MODELS
 from .specs import ClusterSpec, DeviceSpec, ModelSpec, Tier, field_names, from_mapping
 
 
 def _is_path(name: str) -> bool:
-    return name.endswith((".json", ".yaml", ".yml")) or "/" in name or Path(name).is_file()
+    return name.endswith((".json", ".yaml", ".yml", ".graphml")) or "/" in name or Path(name).is_file()
 
 
 def read_spec_file(path: str, what: str) -> dict:
@@ -170,33 +181,82 @@ def load_device(name_or_path: str | DeviceSpec) -> DeviceSpec:
     return device_from_mapping(read_spec_file(name_or_path, "device"))
 
 
+GRAPH_DEFAULT_DEVICE = "h100-sxm"
+"""The device of a graph file that names none."""
+
+
+def _is_graph_file(path: str) -> bool:
+    """Whether a cluster file is a graph: GraphML, or JSON/YAML with ``nodes``/``links``."""
+    suffix = Path(path).suffix.lower()
+    if suffix == ".graphml":
+        return True
+    if suffix in (".json", ".yaml", ".yml") and Path(path).is_file():
+        data = read_spec_file(path, "cluster")
+        return "nodes" in data and ("links" in data or "edges" in data)
+    return False
+
+
+def graph_cluster_from_file(path, device=None, name: str | None = None) -> ClusterSpec:
+    """A cluster on the graph in ``path`` (:func:`nest.topology.load_graph`); the device
+    is ``device`` (a spec, preset name or mapping), else the graph's ``device`` attribute,
+    else :data:`GRAPH_DEFAULT_DEVICE`."""
+    from .topology import graph_cluster, load_graph
+
+    graph = load_graph(path)
+    attrs = dict(graph.graph)
+    spec = device if device is not None else attrs.get("device", GRAPH_DEFAULT_DEVICE)
+    if isinstance(spec, DeviceSpec):
+        dev = spec
+    elif isinstance(spec, str):
+        dev = load_device(spec)
+    else:
+        dev = device_from_mapping(spec, "cluster.device")
+    label = name or attrs.get("name") or Path(path).stem
+    return graph_cluster(graph, dev, name=str(label), source=str(path))
+
+
 def load_cluster(name_or_path: str | ClusterSpec, devices: int | None = None) -> ClusterSpec:
-    """A cluster preset sized to ``devices``, or a cluster file (whose tiers fix the size)."""
+    """A cluster preset sized to ``devices`` (hierarchical or on a generated graph), a
+    cluster file (whose tiers or graph fix the size) or a graph file."""
     if isinstance(name_or_path, ClusterSpec):
         cluster = name_or_path
     elif not _is_path(name_or_path):
-        return _preset(CLUSTERS, name_or_path, "cluster").sized(devices)
+        if name_or_path in GRAPH_CLUSTERS:
+            return GRAPH_CLUSTERS[name_or_path].sized(devices)
+        return _preset({**CLUSTERS, **GRAPH_CLUSTERS}, name_or_path, "cluster").sized(devices)
+    elif _is_graph_file(name_or_path):
+        cluster = graph_cluster_from_file(name_or_path)
     else:
-        cluster = cluster_from_mapping(read_spec_file(name_or_path, "cluster"))
+        cluster = cluster_from_mapping(read_spec_file(name_or_path, "cluster"),
+                                       base=Path(name_or_path).parent)
     if devices is not None and devices != cluster.num_devices:
         raise SpecError(f"devices = {devices}: cluster {cluster.name}'s tiers multiply to "
                         f"{cluster.num_devices} devices")
     return cluster
 
 
-def cluster_from_mapping(data: dict) -> ClusterSpec:
-    """A cluster from a file mapping: name, device, tiers (innermost first)."""
+def cluster_from_mapping(data: dict, base: Path | None = None) -> ClusterSpec:
+    """A cluster from a file mapping: name, device, and tiers (innermost first) or
+    ``graph`` (a graph file, relative to ``base``)."""
     data = dict(data)
-    known = {"name", "device", "tiers", "source"}
+    known = {"name", "device", "tiers", "graph", "source"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise SpecError(f"cluster.{unknown[0]} = {data[unknown[0]]!r}: unknown key "
                         f"(known: {', '.join(sorted(known))})")
-    for key in ("name", "device", "tiers"):
+    if "tiers" in data and "graph" in data:
+        raise SpecError(f"cluster.graph = {data['graph']!r}: give tiers or a graph, not both")
+    for key in ("name", "device", "graph" if "graph" in data else "tiers"):
         if key not in data:
             raise SpecError(f"cluster.{key}: missing")
     device = data["device"]
     device = load_device(device) if isinstance(device, str) else device_from_mapping(device, "cluster.device")
+    if "graph" in data:
+        path = data["graph"]
+        if not isinstance(path, str):
+            raise SpecError(f"cluster.graph = {path!r}: must be a graph file path")
+        path = Path(path) if base is None or Path(path).is_absolute() else base / path
+        return graph_cluster_from_file(path, device, name=str(data["name"]))
     tiers = data["tiers"]
     if not isinstance(tiers, list) or not tiers:
         raise SpecError(f"cluster.tiers = {tiers!r}: must be a non-empty list")

@@ -60,11 +60,16 @@ def render(plan: Plan) -> str:
         "",
         "time breakdown (s): " + "  ".join(f"{k} {v:.4f}" for k, v in plan.breakdown_s.items()),
         "",
-        f"{'stage':>5}  {'layers':<26} {'devices':<14} {'time/mb (ms)':>12} {'memory (GiB)':>12}",
+        f"{'stage':>5}  {'layers':<26} {'ranks':<14} {'time/mb (ms)':>12} {'memory (GiB)':>12}",
     ]
     for s in plan.stages:
-        lines.append(f"{s.index:>5}  {_layers(s.layers):<26} {_ranges(s.devices):<14} "
+        lines.append(f"{s.index:>5}  {_layers(s.layers):<26} {_ranges(s.ranks or s.devices):<14} "
                      f"{1e3 * s.time_s:>12.3f} {s.memory_bytes / GiB:>12.2f}")
+    where = plan.placement
+    if where is not None and where.on_graph:
+        lines += ["", f"placement: rank r on device order[r] of the graph (locality order): ranks 0-"
+                      f"{len(where.device) - 1} on {where.device[0]} .. {where.device[-1]}, {len(where.hosts)} "
+                      "hosts (--json lists every rank, --emit hostfile writes a rankfile)"]
     run = plan.runtime
     if plan.engine == "python":
         engine = "the pure-Python reference DP"

@@ -1,14 +1,31 @@
-"""The plan nest returns: a frozen object whose ``to_dict()`` is the documented JSON."""
+"""The plan nest returns: a frozen object whose ``to_dict()`` is the documented JSON.
+
+Besides the keys of DESIGN.md section 5, the document has
+
+``stages[].devices``
+    the devices of the stage's ranks: device indices on a hierarchical cluster, device
+    node ids (strings) on a graph; ``stages[].ranks`` lists the ranks themselves.
+``placement``
+    where every rank runs: ``{"device_order": "index" | "graph", "hosts": H, "ranks":
+    [{"rank", "tp", "cp", "dp", "pp", "ep", "expert_dp", "device", "host", "slot"}, ...]}``
+    with one entry per rank in rank order. ``tp cp dp pp`` are the rank's coordinates
+    under the plan's rank order, ``ep`` and ``expert_dp`` its place in the MoE folding
+    (position in its expert-parallel run of the stage's ranks, and that run);
+    ``device`` as in ``stages[].devices``; ``host`` the machine (``node<i>`` = tier-0
+    group on hierarchical clusters; a graph device's ``host`` attribute, else the device)
+    and ``slot`` the device's position among its host's devices (its local rank).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import engine as engines
 from .dp_problem import DPProblem, sync_time
 from .dp_reference import stage_details
+from .layout import RankPlacement, rank_placement
 from .tables import OPTIMIZER_KERNELS, PS, Candidate, Scenario
 
 
@@ -18,14 +35,16 @@ class Stage:
 
     index: int
     layers: tuple[str, ...]
-    devices: tuple[int, ...]
+    devices: tuple  # device indices (hierarchical clusters) or node ids (graphs)
     time_s: float  # per micro-batch, forward + backward, including its sends
     memory_bytes: float
     params: int
+    ranks: tuple[int, ...] = ()
 
     def to_dict(self) -> dict:
         return {"index": self.index, "layers": list(self.layers), "devices": list(self.devices),
-                "time_s": self.time_s, "memory_bytes": self.memory_bytes, "params": self.params}
+                "ranks": list(self.ranks), "time_s": self.time_s, "memory_bytes": self.memory_bytes,
+                "params": self.params}
 
 
 @dataclass(frozen=True)
@@ -49,6 +68,8 @@ class Plan:
     cluster: dict
     engine: str
     runtime: dict  # engine, OpenMP availability, threads of the C++ DP
+    # where every rank runs (arrays; the module docstring's ``placement`` in to_dict)
+    placement: RankPlacement | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict:
         """The JSON document of DESIGN.md section 5."""
@@ -70,6 +91,9 @@ class Plan:
             "model": dict(self.model),
             "job": dict(self.job),
             "cluster": dict(self.cluster),
+            "placement": None if self.placement is None else {
+                "device_order": "graph" if self.placement.on_graph else "index",
+                "hosts": len(self.placement.hosts), "ranks": self.placement.records()},
         }
 
 
@@ -115,12 +139,16 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
     # kernels and collectives were rounded to picoseconds per node: give the residue to compute
     breakdown["compute"] += step - sum(breakdown.values())
 
-    stage_of = scn.layout(cand).coordinates()["pp"]
+    layout = scn.layout(cand)
+    stage_of = layout.coordinates()["pp"]
+    where = rank_placement(scn.cluster, layout, cfg.ep)
     names = scn.source.names
+    stage_ranks = [tuple(int(x) for x in np.flatnonzero(stage_of == k % pp)) for k in range(len(details))]
     stages = tuple(
         Stage(index=k, layers=tuple(names[d["start"]:d["end"]]),
-              devices=tuple(int(x) for x in np.flatnonzero(stage_of == k % pp)),
-              time_s=d["time_ps"] / PS, memory_bytes=float(d["memory_bytes"]), params=int(d["params"]))
+              devices=tuple(where.device[r] for r in stage_ranks[k]),
+              time_s=d["time_ps"] / PS, memory_bytes=float(d["memory_bytes"]), params=int(d["params"]),
+              ranks=stage_ranks[k])
         for k, d in enumerate(details))
 
     used = cand.devices
@@ -151,6 +179,8 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
                  "tiers": [{"name": t.name, "fanout": t.fanout, "bandwidth_GBps": t.bandwidth / 1e9,
                             "latency_us": t.latency * 1e6} for t in scn.cluster.tiers]},
         engine=engine,
+        placement=where,
         runtime={"engine": engine, "openmp": engines.has_openmp(),
                  "threads": 1 if engine == "python" else (threads or engines.available_threads())},
     )
+

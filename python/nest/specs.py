@@ -213,18 +213,42 @@ class Tier:
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """Identical devices on a hierarchical network (tiers innermost first)."""
+    """Identical devices on a hierarchical network (tiers innermost first), or on an
+    arbitrary network given as a graph.
+
+    With ``graph`` (a networkx graph, see :mod:`nest.topology`; build it with
+    :func:`nest.topology.graph_cluster`) every collective and transfer is priced on the
+    graph and rank ``r`` runs on device ``device_order[r]`` (device node ids); the tiers
+    then describe the levels of that order (they size the search space and the
+    reports). Graph and order are left out of equality, hashing and repr (graphs are
+    mutable and large): compare clusters by name.
+    """
 
     name: str
     device: DeviceSpec
     tiers: tuple[Tier, ...]
     source: str = ""
+    graph: object = field(default=None, compare=False, hash=False, repr=False)
+    device_order: tuple = field(default=(), compare=False, hash=False, repr=False)
 
     def __post_init__(self):
         object.__setattr__(self, "tiers", tuple(self.tiers))
+        object.__setattr__(self, "device_order", tuple(self.device_order))
         require(len(self.tiers) > 0, "cluster.tiers", [], "needs at least one tier")
         names = [t.name for t in self.tiers]
         require(len(set(names)) == len(names), "cluster.tiers", names, "tier names must be unique")
+        if self.graph is not None:
+            require(len(self.device_order) == self.num_devices, "cluster.device_order",
+                    f"{len(self.device_order)} devices",
+                    f"must list the {self.num_devices} devices the tiers multiply to")
+        else:
+            require(not self.device_order, "cluster.device_order", f"{len(self.device_order)} devices",
+                    "needs a graph")
+
+    @property
+    def is_graph(self) -> bool:
+        """Whether the network is a graph (prices from :mod:`nest.topology`)."""
+        return self.graph is not None
 
     @property
     def num_devices(self) -> int:

@@ -18,6 +18,20 @@ group prices, the same expressions give lower bounds (they are monotone in every
 Placements price each communicator family on its reduced form (nest.layout): the same
 distinct group prices as all groups of the layout, from a handful of groups, cached
 across layouts.
+
+On a graph cluster (:attr:`ClusterSpec.graph <nest.specs.ClusterSpec>`) rank ``r`` runs
+on device ``device_order[r]`` and :class:`nest.topology.GraphNetwork` prices every family
+of the candidate's layout with all its groups at once (contention), cached by the
+family's ranks: TP, data x context and expert-data groups as ring reduce-scatters (flat
+or hierarchical, whichever is faster for large messages), EP groups as all-to-alls, the
+context-parallel ring as one ring step, and each pipeline boundary (stage ``k`` to
+``k + 1``, the last wrapping to the first) as the concurrent transfers of all its rank
+pairs. Boundaries then have prices of their own instead of a tier: the DP's send table
+of a candidate has one row per boundary (``pos_tier`` = boundary index), and the
+configuration table's single row is the floor every transfer respects. Floors for the
+search: with the rank order's strides known, the flows the first member of the rank-0
+group of each family sends, alone (a subset of the family's flows can only load links
+less); otherwise bounds that hold for any group of that size (see ``GraphNetwork``).
 """
 
 from __future__ import annotations
@@ -30,7 +44,7 @@ from .compute import KernelModel
 from .costs import (COST_FIELDS, OP_FIELDS, RECOMPUTE_MODES, ConfigArrays, KindCost, LayerConfig,
                     NodeCostModel, kind_cost_columns, table_is_exact)
 from .layout import (DEFAULT_ORDER, Layout, boundary_tiers_reduced, expert_families, expert_groups,
-                     family_groups, joint_family, parse_order, reduce_leaders)
+                     family_groups, joint_family, joint_groups, parse_order, reduce_leaders)
 from .model import active_parameter_count, chain_kinds, chain_names, parameter_count
 from .network import GroupShape, group_shape, pair_tier_floor, ring_floor, ring_link, shape_floor
 from .specs import ClusterSpec, JobSpec, ModelSpec
@@ -83,6 +97,38 @@ class Placement:
     ep: GroupShape
     expert_dp: GroupShape
     boundary_tiers: np.ndarray  # [pp]; entry k: stage k -> k+1 (last: wrap to stage 0)
+    # graph clusters: (alpha[pp], beta[pp]) of every boundary, its own price (the tiers
+    # above are then the levels of the device order the boundary crosses)
+    boundary: tuple[np.ndarray, np.ndarray] | None = None
+
+
+@dataclass(frozen=True)
+class GraphGroup:
+    """A communicator family priced on a graph: the :class:`~nest.network.GroupShape`
+    interface the cost model uses, with the graph's alpha-beta terms (reduce-scatter for
+    TP and data-parallel groups, all-to-all for EP groups; the other is unused)."""
+
+    size: int
+    rs: tuple[float, float] = (0.0, 0.0)
+    a2a: tuple[float, float] = (0.0, 0.0)
+
+    def reduce_scatter_terms(self) -> tuple[float, float]:
+        return self.rs
+
+    def all_to_all_terms(self) -> tuple[float, float]:
+        return self.a2a
+
+    def reduce_scatter(self, nbytes: float) -> float:
+        if nbytes <= 0:
+            return 0.0
+        alpha, beta = self.rs
+        return alpha + beta * nbytes
+
+    def all_gather(self, nbytes: float) -> float:
+        return self.reduce_scatter(nbytes)
+
+    def all_reduce(self, nbytes: float) -> float:
+        return 2 * self.reduce_scatter(nbytes)
 
 
 @dataclass(frozen=True)
@@ -243,6 +289,11 @@ class Scenario:
         self._sync: dict[tuple, SyncTerms] = {}
         self._latency = np.array([t.latency for t in cluster.tiers])
         self._bandwidth = np.array([t.effective_bandwidth for t in cluster.tiers])
+        self.net = None
+        if cluster.graph is not None:
+            from .topology import network
+
+            self.net = network(cluster.graph, cluster.device_order)
 
     @property
     def num_nodes(self) -> int:
@@ -280,7 +331,11 @@ class Scenario:
         transient = (columns["transient_bytes"].max(axis=1) if len(configs)
                      else np.zeros(0, dtype=np.int64))
         out = columns["out_bytes"].astype(np.float64)
-        send = to_ps(self._latency[None, :, None] + out[:, None, :] / self._bandwidth[None, :, None])
+        if self.net is None:
+            send = to_ps(self._latency[None, :, None] + out[:, None, :] / self._bandwidth[None, :, None])
+        else:  # one row: below every transfer on the graph (its exact rows come with price)
+            latency, per_byte = self.net.any_send_floor()
+            send = to_ps(latency + per_byte * out[:, None, :])
         return ConfigTable(configs, arrays, columns, transient, send)
 
     def _inner_kind_ps(self, table: ConfigTable, with_comm: bool, index=None) -> np.ndarray:
@@ -312,6 +367,45 @@ class Scenario:
         return self._placements[key]
 
     def _place(self, tp: int, cp: int, dp: int, pp: int, ep: int, order: str) -> Placement:
+        if self.net is not None:
+            return self._place_graph(tp, cp, dp, pp, ep, order)
+        return self._place_tiers(tp, cp, dp, pp, ep, order)
+
+    def _place_graph(self, tp: int, cp: int, dp: int, pp: int, ep: int, order: str) -> Placement:
+        """Every family of the layout priced on the graph, all its groups at once."""
+        net = self.net
+        layout = Layout({"tp": tp, "cp": cp, "dp": dp, "pp": pp}, order)
+        groups = lambda dims: family_groups(*joint_family(layout, dims))  # noqa: E731  (= joint_groups)
+        stages = groups(("tp", "cp", "dp"))  # runs of ep of each stage's ranks: expert_groups
+        runs = stages.reshape(stages.shape[0], -1, ep)
+        ep_groups, edp_groups = runs.reshape(-1, ep), runs.transpose(0, 2, 1).reshape(-1, runs.shape[1])
+        dense = groups(("cp", "dp"))
+        expert_dp = (GraphGroup(edp_groups.shape[1], net.ring(edp_groups).best) if self.model.is_moe
+                     else GraphGroup(edp_groups.shape[1]))  # no expert weights: nothing to sync
+        stride = layout.strides()["pp"]
+        ranks = np.arange(layout.size, dtype=np.int64)
+        stage = (ranks // stride) % pp
+        partner = np.where(stage < pp - 1, ranks + stride, ranks - (pp - 1) * stride)
+        boundary = net.boundaries(ranks, partner, stage, pp) if pp > 1 else (np.zeros(1), np.zeros(1))
+        return Placement(
+            tp=GraphGroup(tp, net.ring(groups(("tp",))).best),
+            cp_ring=net.neighbours(groups(("cp",))),
+            dense_dp=GraphGroup(dense.shape[1], net.ring(dense).best),
+            ep=GraphGroup(ep, a2a=net.all_to_all(ep_groups)), expert_dp=expert_dp,
+            boundary_tiers=layout.boundary_tiers(self.cluster), boundary=boundary)
+
+    def boundary_seconds(self, cand: Candidate, k: int, nbytes: float) -> float:
+        """Seconds to send ``nbytes`` per rank across pipeline boundary ``k`` (stage ``k``
+        to ``k + 1``; ``pp - 1`` wraps to stage 0) of the candidate's placement: on the
+        tier it crosses, or on a graph with all the boundary's rank pairs at once."""
+        place = self.placement(cand)
+        if place.boundary is not None:
+            alpha, beta = place.boundary
+            return float(alpha[k] + beta[k] * nbytes)
+        tier = self.cluster.tiers[int(place.boundary_tiers[k])]
+        return tier.latency + nbytes / tier.effective_bandwidth
+
+    def _place_tiers(self, tp: int, cp: int, dp: int, pp: int, ep: int, order: str) -> Placement:
         """Every group family is priced on its reduced form (see nest.layout): the same
         distinct group prices as all groups of the layout, cached across layouts.
 
@@ -477,11 +571,12 @@ class Scenario:
             self._terms[key] = (*place.tp.reduce_scatter_terms(), *place.cp_ring,
                                 *place.ep.all_to_all_terms(), *place.dense_dp.reduce_scatter_terms(),
                                 *place.expert_dp.reduce_scatter_terms(), place.dense_dp.size,
-                                place.expert_dp.size, place.boundary_tiers)
+                                place.expert_dp.size, place.boundary_tiers, place.boundary)
         return self._terms[key]
 
     def exact_terms(self, table: ConfigTable, cands: CandidateArrays) -> tuple[GroupTerms, list]:
-        """Group terms of every candidate's own placement, and its boundary tiers."""
+        """Group terms of every candidate's own placement, and its boundary tiers (on a
+        graph cluster: each boundary's ``(alpha[pp], beta[pp])``)."""
         arrays = table.arrays
         tp, cp, ep = arrays.tp[cands.config], arrays.cp[cands.config], arrays.ep[cands.config]
         keys = zip(tp.tolist(), cp.tolist(), cands.dp.tolist(), cands.pp.tolist(), ep.tolist(),
@@ -493,16 +588,20 @@ class Scenario:
             values = np.zeros((12, 0))
         return (GroupTerms((values[0], values[1]), (values[2], values[3]), (values[4], values[5]),
                            (values[6], values[7]), (values[8], values[9]), values[10], values[11]),
-                [t[12] for t in terms])
+                [t[13] if self.net is not None else t[12] for t in terms])
 
     def floor_terms(self, table: ConfigTable, cands: CandidateArrays, orders=None) -> GroupTerms:
         """Lower bounds on every group term of each candidate, whatever its placement.
+
+        On a graph cluster see :meth:`_graph_floor_terms`; otherwise:
 
         Strides follow the candidate's rank order (or, with ``orders``, the smallest
         over those orders, taking unknown degrees as 1); each group's members are at least
         its smallest dimension stride apart (expert-DP members: ``ep`` stage ranks apart),
         which bounds how many share a tier group (see :class:`~nest.network.ShapeFloor`).
         """
+        if self.net is not None:
+            return self._graph_floor_terms(table, cands, orders)
         arrays = table.arrays
         tp, cp, ep = arrays.tp[cands.config], arrays.cp[cands.config], arrays.ep[cands.config]
         dp, pp = cands.dp, cands.pp
@@ -529,6 +628,47 @@ class Scenario:
         ring = self._lookup(("ring",), span, lambda s: ring_floor(self.cluster, int(s)), 2)
         return GroupTerms((tp_f[0], tp_f[1]), (ring[0], ring[1]), (ep_f[2], ep_f[3]), (dd_f[0], dd_f[1]),
                           (ed_f[0], ed_f[1]), dense_size.astype(np.float64), expert_size.astype(np.float64))
+
+    def _graph_floor_terms(self, table: ConfigTable, cands: CandidateArrays, orders) -> GroupTerms:
+        """:meth:`floor_terms` on a graph. With the candidates' own rank orders (``orders``
+        None) every degree is known: each family is bounded by the flows the first rank
+        of its rank-0 group sends, alone (:class:`~nest.topology.GraphNetwork` floors;
+        a subset of a family's flows loads every link at most as much and has no longer
+        paths). With ``orders`` (degrees unknown) by what any group of the family's size
+        costs at least."""
+        arrays, net = table.arrays, self.net
+        tp, cp, ep = arrays.tp[cands.config], arrays.cp[cands.config], arrays.ep[cands.config]
+        dense_size, expert_size = cands.dp * cp, np.maximum(tp * cp * cands.dp // ep, 1)
+        if orders is not None:
+            tp_f, dd_f, ed_f = (net.any_ring_floor(k) for k in (tp, dense_size, expert_size))
+            ep_f = net.any_all_to_all_floor(ep)
+            lat, per_byte = net.any_send_floor()
+            on = cp > 1
+            ring = (np.where(on, lat, 0.0), np.where(on, per_byte, 0.0))
+        else:
+            keys = np.stack([tp, cp, cands.dp, cands.pp, ep, cands.order], axis=1)
+            unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+            values = np.array([self._graph_floor(*row[:5], cands.orders[row[5]]) for row in unique.tolist()],
+                              dtype=np.float64).reshape(len(unique), 10)[inverse.ravel()].T
+            tp_f, ring, ep_f, dd_f, ed_f = ((values[i], values[i + 1]) for i in range(0, 10, 2))
+        if not self.model.is_moe:
+            ed_f = (np.zeros(len(cands)), np.zeros(len(cands)))
+        return GroupTerms(tp_f, ring, ep_f, dd_f, ed_f, dense_size.astype(np.float64),
+                          expert_size.astype(np.float64))
+
+    def _graph_floor(self, tp: int, cp: int, dp: int, pp: int, ep: int, order: str) -> tuple:
+        """Floors of the families of one layout (cached): (tp, cp ring, ep, dense, expert)
+        alpha-beta pairs from the rank-0 group of each."""
+        key = ("graph", tp, cp, dp, pp, ep, order)
+        if key not in self._floors:
+            net = self.net
+            layout = Layout({"tp": tp, "cp": cp, "dp": dp, "pp": pp}, order)
+            first = lambda dims: joint_groups(layout, dims, first_only=True)[0]  # noqa: E731
+            stage = first(("tp", "cp", "dp"))
+            self._floors[key] = (*net.ring_floor(first(("tp",))), *net.neighbours_floor(first(("cp",))),
+                                 *net.all_to_all_floor(stage[:ep]), *net.ring_floor(first(("cp", "dp"))),
+                                 *net.ring_floor(stage[::ep]))
+        return self._floors[key]
 
     def _shape_floors(self, size, spacing) -> list[np.ndarray]:
         def floor(pair):
@@ -562,6 +702,8 @@ class Scenario:
     def boundary_floor(self, table: ConfigTable, cands: CandidateArrays, orders=None) -> np.ndarray:
         """Lowest tier any pipeline boundary of each candidate can cross (stage ranks and
         their pipeline partners are a pipeline stride apart)."""
+        if self.net is not None:  # the configuration table's single row is the floor
+            return np.zeros(len(cands), dtype=np.int64)
         arrays = table.arrays
         tp, cp = arrays.tp[cands.config], arrays.cp[cands.config]
         if orders is None:
@@ -642,6 +784,19 @@ class Scenario:
         out["fixed_s"] = fixed
         return out
 
+    def _graph_sends(self, table: ConfigTable, cands: CandidateArrays, boundary: list):
+        """``send[candidate, k, node]``: node's output across boundary ``k`` of the
+        candidate's placement (rows beyond its ``pp`` unused), and the boundary index of
+        every stage position as its tier."""
+        rows = max(int(cands.pp.max()), 1) if len(cands) else 1
+        alpha = np.zeros((len(cands), rows))
+        beta = np.zeros((len(cands), rows))
+        for n, (a, b) in enumerate(boundary):
+            alpha[n, :len(a)], beta[n, :len(b)] = a, b
+        out = table.cols["out_bytes"][cands.config][:, self.kind_index].astype(np.float64)
+        send = to_ps(alpha[:, :, None] + beta[:, :, None] * out[:, None, :])
+        return send, [np.arange(p, dtype=np.int64) for p in cands.pp.tolist()]
+
     def price(self, table: ConfigTable, cands: CandidateArrays) -> dict[str, np.ndarray]:
         """The DP's per-candidate tables of ``cands`` (see :class:`~nest.dp_problem.DPProblem`)."""
         terms, boundary = self.exact_terms(table, cands)
@@ -651,7 +806,10 @@ class Scenario:
         sync = self.sync_columns(cands, terms)
         dense = table.cols["params_dense"][cands.config].astype(np.float64)
         expert = table.cols["params_expert"][cands.config].astype(np.float64)
-        send = table.send_ps[cands.config][:, :, take]
+        if self.net is None:
+            send = table.send_ps[cands.config][:, :, take]
+        else:
+            send, boundary = self._graph_sends(table, cands, boundary)
         send[:, :, -1] = 0  # the last node sends nothing
         v = cands.vp
         micro = self.job.micro_batches(cands.dp, table.arrays.micro_batch[cands.config])

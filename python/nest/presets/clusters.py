@@ -13,6 +13,20 @@
 
 Latencies of the DGX presets are per-hop software+switch latencies typical of NCCL
 (a few microseconds); they are assumptions, not datasheet values.
+
+Graph presets (networkx graphs from :mod:`nest.topology`, priced link by link; they
+need scipy, ``nest-planner[graphs]``):
+
+* ``h100-fattree``: H100 SXM GPUs, one NDR 400 Gb/s NIC each (50 GB/s per direction),
+  in a k-ary fat tree (Al-Fares et al. 2008), non-blocking, 1 us per link; ``N`` devices
+  need ``N = pods x (k/2)^2`` with ``pods <= k`` (the smallest even ``k`` is taken:
+  1024 = 16 pods of k=16, 4096 = 16 pods of k=32, 16384 = 16 pods of k=64).
+* ``dgx-h100-rail``: rail-optimized DGX H100 SuperPOD style: 8 GPUs per node on NVLink 4
+  (450 GB/s per direction), GPU ``i`` of every node on rail leaf ``i`` (NDR, 50 GB/s), rail
+  leaves joined by non-blocking spines; multiples of 8 devices.
+* ``tpuv4-torus``: TPU v4 chips in a 3-D torus (Jouppi et al., ISCA 2023: six inter-chip
+  links per chip); 50 GB/s per link and direction and 1 us per hop are approximations.
+  ``N`` is factored into the most cubic ``a x b x c``.
 """
 
 from __future__ import annotations
@@ -87,3 +101,85 @@ _TEMPLATES = [
 
 CLUSTERS: dict[str, ClusterTemplate] = {t.name: t for t in _TEMPLATES}
 """Preset cluster families by name."""
+
+
+@dataclass(frozen=True)
+class GraphTemplate:
+    """A cluster family on a generated graph: ``build(devices)`` returns the graph."""
+
+    name: str
+    device: DeviceSpec
+    build: object  # devices -> networkx graph (nest.topology generators)
+    default_devices: int
+    source: str
+    description: str
+
+    def sized(self, devices: int | None = None) -> ClusterSpec:
+        """The cluster on a graph of exactly ``devices`` devices (SpecError if none)."""
+        from ..topology import graph_cluster
+
+        n = self.default_devices if devices is None else devices
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise SpecError(f"devices = {n!r}: must be a positive integer")
+        return graph_cluster(self.build(n), self.device, name=self.name, source=self.source)
+
+
+def fat_tree_shape(devices: int) -> tuple[int, int]:
+    """``(k, pods)`` of the smallest even ``k`` whose fat tree holds ``devices`` devices
+    in whole pods (``pods x (k/2)^2``, ``pods <= k``); SpecError if there is none."""
+    k = 2
+    while (k // 2) ** 2 <= devices:
+        half = k // 2
+        if devices % (half * half) == 0 and devices // (half * half) <= k:
+            return k, devices // (half * half)
+        k += 2
+    raise SpecError(f"devices = {devices}: a k-ary fat tree holds pods x (k/2)^2 devices "
+                    "with pods <= k (e.g. 16, 64, 128, 1024, 4096, 16384)")
+
+
+def torus_dims(devices: int) -> tuple[int, int, int]:
+    """The most cubic ``a <= b <= c`` with ``a b c = devices``."""
+    best = (1, 1, devices)
+    for a in range(1, int(round(devices ** (1 / 3))) + 2):
+        if devices % a:
+            continue
+        rest = devices // a
+        for b in range(a, int(rest ** 0.5) + 1):
+            if rest % b == 0 and rest // b >= b and rest // b - a < best[2] - best[0]:
+                best = (a, b, rest // b)
+    return best
+
+
+def _fat_tree(devices: int):
+    from ..topology import fat_tree
+
+    k, pods = fat_tree_shape(devices)
+    return fat_tree(k, bandwidth=50 * GB, latency=1e-6, pods=pods)
+
+
+def _rail(devices: int):
+    from ..topology import rail_optimized
+
+    if devices % 8:
+        raise SpecError(f"devices = {devices}: dgx-h100-rail needs a multiple of 8 (GPUs per node)")
+    return rail_optimized(devices // 8, 8, spines=4, nvlink_bandwidth=450 * GB, nic_bandwidth=50 * GB,
+                          nvlink_latency=3e-6, nic_latency=2.5e-6)
+
+
+def _torus(devices: int):
+    from ..topology import torus
+
+    return torus(torus_dims(devices), bandwidth=50 * GB, latency=1e-6)
+
+
+GRAPH_CLUSTERS: dict[str, GraphTemplate] = {t.name: t for t in [
+    GraphTemplate("h100-fattree", DEVICES["h100-sxm"], _fat_tree, 1024,
+                  "k-ary fat tree (Al-Fares et al. 2008); NDR 400 Gb/s NICs",
+                  "k-ary fat tree, 1 x 50 GB/s NIC per GPU, non-blocking"),
+    GraphTemplate("dgx-h100-rail", DEVICES["h100-sxm"], _rail, 1024, _DGX_SOURCE,
+                  "rail-optimized: NVLink 8 x 450 GB/s, 8 rails x 50 GB/s, spines"),
+    GraphTemplate("tpuv4-torus", DEVICES["tpuv4"], _torus, 512,
+                  "TPU v4 (Jouppi et al., ISCA 2023): 3-D torus, six ICI links per chip",
+                  "3-D torus, 50 GB/s per link and direction"),
+]}
+"""Preset cluster families on generated graphs, by name."""

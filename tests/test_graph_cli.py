@@ -1,0 +1,101 @@
+"""The command line on graph clusters: graph files and presets, the placement in the
+JSON document, the hostfile, one-line errors with exit code 2."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nest.cli import main
+
+DATA = Path(__file__).parent / "data" / "graphs"
+
+
+def _edge_list(tmp_path, extra=""):
+    """Two 4-GPU nodes on NVSwitches, one leaf switch for their NICs."""
+    nodes = ["  - {id: leaf, kind: switch}", "  - {id: nvs0, kind: switch}", "  - {id: nvs1, kind: switch}"]
+    links = []
+    for i in range(8):
+        nodes.append(f"  - {{id: gpu{i}, kind: device, index: {i}, host: server{i // 4}}}")
+        links.append(f"  - {{a: gpu{i}, b: nvs{i // 4}, bandwidth_GBps: 300, latency_us: 1.5, cost: 1}}")
+        links.append(f"  - {{a: gpu{i}, b: leaf, bandwidth_GBps: 25, latency_us: 2.5, cost: 2}}")
+    path = tmp_path / "net.yaml"
+    path.write_text(f"name: lab\ndevice: a100-80gb\n{extra}nodes:\n" + "\n".join(nodes) + "\nlinks:\n"
+                    + "\n".join(links) + "\n")
+    return path
+
+
+def test_plan_on_a_graph_file_json(tmp_path, capsys):
+    path = _edge_list(tmp_path)
+    assert main(["plan", "--model", "gpt-1.7b", "--cluster", str(path), "--global-batch", "64",
+                 "--seq-len", "2048", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["cluster"]["name"] == "lab" and doc["cluster"]["device"] == "a100-80gb"
+    ranks = doc["placement"]["ranks"]
+    assert len(ranks) == doc["devices_used"]
+    assert {r["device"] for r in ranks} <= {f"gpu{i}" for i in range(8)}
+    assert all(set(r) >= {"rank", "tp", "cp", "dp", "pp", "ep", "device", "host", "slot"} for r in ranks)
+    for stage in doc["stages"]:
+        assert stage["devices"] == [ranks[i]["device"] for i in stage["ranks"]]
+
+
+def test_emit_hostfile(tmp_path, capsys):
+    path = _edge_list(tmp_path)
+    assert main(["evaluate", "--model", "gpt-1.7b", "--cluster", str(path), "--global-batch", "64",
+                 "--seq-len", "2048", "--tp", "2", "--pp", "2", "--dp", "2", "--mbs", "1", "--sp",
+                 "--emit", "hostfile"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    lines = [line for line in out if not line.startswith("#")]
+    assert lines == [f"rank {r}=server{r // 4} slot={r % 4}" for r in range(8)]
+    assert any("torchrun --nnodes 2 --nproc-per-node 4" in line for line in out)
+
+
+def test_cluster_file_with_graph_key(tmp_path, capsys):
+    _edge_list(tmp_path)
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text("name: lab2\ndevice: {base: a100-80gb, memory_GiB: 40}\ngraph: net.yaml\n")
+    assert main(["plan", "--model", "gpt-1.7b", "--cluster", str(spec), "--global-batch", "64",
+                 "--seq-len", "2048", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["cluster"]["name"] == "lab2" and doc["memory_per_device_bytes"]["capacity"] == 40 * 2**30
+
+
+def test_graph_presets(capsys):
+    assert main(["clusters", "--json"]) == 0
+    names = {c["name"] for c in json.loads(capsys.readouterr().out)["graph_clusters"]}
+    assert names == {"h100-fattree", "dgx-h100-rail", "tpuv4-torus"}
+    assert main(["plan", "--model", "gpt-1.7b", "--cluster", "dgx-h100-rail", "--devices", "32",
+                 "--global-batch", "128", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["placement"]["device_order"] == "graph" and doc["cluster"]["devices"] == 32
+
+
+def test_graphml_and_node_link_files(capsys):
+    for name in ("small.graphml", "small.json"):
+        assert main(["plan", "--model", "gpt-1.7b", "--cluster", str(DATA / name), "--global-batch", "16",
+                     "--seq-len", "1024", "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["cluster"]["devices"] == 4 and doc["cluster"]["device"] == "h100-sxm"
+
+
+@pytest.mark.parametrize("content,message", [
+    ("nodes:\n  - {id: a, kind: device}\n  - {id: b, kind: device}\nlinks:\n  - {a: a, b: b, bandwidth_GBps: 0}\n",
+     "bandwidth_GBps = 0"),
+    ("nodes:\n  - {id: a, kind: device}\n  - {id: b, kind: device}\nlinks: []\n", "not connected"),
+    ("nodes:\n  - {id: a, kind: device}\nlinks: []\ncolour: red\n", "'colour': unknown"),
+    ("nodes: [\n", "cannot parse"),
+])
+def test_bad_graph_files(tmp_path, capsys, content, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(content)
+    code = main(["plan", "--model", "gpt-1.7b", "--cluster", str(path), "--global-batch", "16"])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_graph_size_mismatch(tmp_path, capsys):
+    code = main(["plan", "--model", "gpt-1.7b", "--cluster", str(_edge_list(tmp_path)), "--devices", "16",
+                 "--global-batch", "16"])
+    err = capsys.readouterr().err
+    assert code == 2 and "devices = 16" in err
+    assert main(["plan", "--model", "gpt-1.7b", "--cluster", "h100-fattree", "--devices", "17"]) == 2

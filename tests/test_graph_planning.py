@@ -1,0 +1,288 @@
+"""Planning on graph clusters: graph prices drive the search, its bounds stay below the
+exact objective, the plan is the exhaustive optimum, and graph forms of the hierarchical
+presets plan exactly like the tiers."""
+
+import math
+from dataclasses import replace
+
+import networkx as nx
+import numpy as np
+import pytest
+
+import nest
+from nest import engine
+from nest import topology as T
+from nest.dp_problem import SOLVED
+from nest.dp_reference import brute_force
+from nest.planner import _candidate_bound, _partial_bound, _problem
+from nest.presets.models import MODELS
+from nest.space import RANK_ORDERS, SpaceLimits, enumerate_partials, expand
+from nest.specs import JobSpec, ModelSpec
+from nest.tables import PS, CandidateArrays, Scenario
+
+H100 = nest.load_device("h100-sxm")
+
+
+def _hierarchy_graph_cluster(name, devices):
+    tiers = nest.load_cluster(name, devices=devices)
+    graph = T.from_hierarchy(tiers)
+    return tiers, T.graph_cluster(graph, tiers.device, name=f"{name}-graph", order=T.devices(graph))
+
+
+@pytest.mark.parametrize("name,devices,model,job", [
+    ("dgx-a100", 64, "gpt-1.7b", JobSpec(512, 2048)),
+    ("h100-spineleaf", 128, "llama2-7b", JobSpec(256, 4096)),
+    ("dgx-h100", 128, "mixtral-8x7b", JobSpec(256, 4096)),
+])
+def test_graph_of_hierarchy_plans_like_the_tiers(name, devices, model, job):
+    """The graph form of a hierarchical preset (from_hierarchy, ranks in device index
+    order) has the preset's tiers as levels and gives the same plan and step time."""
+    tiers, graph = _hierarchy_graph_cluster(name, devices)
+    assert [(t.fanout, t.latency) for t in graph.tiers] == [(t.fanout, t.latency) for t in tiers.tiers]
+    for a, b in zip(graph.tiers, tiers.tiers):
+        assert math.isclose(a.bandwidth, b.effective_bandwidth, rel_tol=1e-12)
+    on_tiers, on_graph = nest.plan(model, tiers, job), nest.plan(model, graph, job)
+    assert math.isclose(on_graph.step_time_s, on_tiers.step_time_s, rel_tol=1e-9)
+    assert on_graph.parallelism == on_tiers.parallelism
+
+
+@pytest.mark.parametrize("config", [
+    dict(tp=2, pp=4, dp=8, micro_batch=1, sp=True, zero=1, rank_order="tp-cp-ep-dp-pp"),
+    dict(tp=1, pp=2, dp=32, micro_batch=2, zero=2, rank_order="tp-cp-ep-pp-dp"),
+    dict(tp=4, pp=2, dp=4, cp=2, micro_batch=1, sp=True, zero=3, rank_order="tp-cp-ep-dp-pp"),
+    dict(tp=1, pp=4, dp=16, micro_batch=1, zero=1, vp=2, rank_order="tp-cp-ep-pp-dp"),
+])
+def test_graph_of_hierarchy_evaluates_like_the_tiers(config):
+    """Fixed configurations whose TP, DP, CP groups and pipeline boundaries cross the
+    tiers cost the same on the graph form (hierarchical rings, per-boundary transfers)."""
+    tiers, graph = _hierarchy_graph_cluster("dgx-a100", 64)
+    job = JobSpec(512, 4096)
+    a = nest.evaluate("gpt-1.7b", tiers, job, **config)
+    b = nest.evaluate("gpt-1.7b", graph, job, **config)
+    assert math.isclose(a.step_time_s, b.step_time_s, rel_tol=1e-9)
+    assert [s.layers for s in a.stages] == [s.layers for s in b.stages]
+    for key, value in a.breakdown_s.items():
+        assert math.isclose(value, b.breakdown_s[key], rel_tol=1e-6, abs_tol=1e-12), key
+
+
+def _oversubscribed_fat_tree():
+    return T.graph_cluster(T.fat_tree(8, bandwidth=50e9, latency=1e-6, oversubscription=(2, 4)), H100,
+                           name="fat-tree-4:1")
+
+
+def _rail():
+    return T.graph_cluster(T.rail_optimized(8, 8, spines=2, nvlink_bandwidth=450e9, nic_bandwidth=50e9),
+                           H100, name="rail")
+
+
+def _torus():
+    return T.graph_cluster(T.torus((4, 4, 4), bandwidth=50e9, latency=1e-6), H100, name="torus")
+
+
+BOUND_CASES = [
+    ("qwen3-30b-a3b", _oversubscribed_fat_tree, JobSpec(global_batch=256, seq_len=4096)),
+    ("mixtral-8x7b", _rail, JobSpec(global_batch=128, seq_len=4096)),
+    ("llama2-13b", _torus, JobSpec(global_batch=96, seq_len=8192)),
+    ("gpt-1.7b", _oversubscribed_fat_tree, JobSpec(global_batch=512, seq_len=2048)),
+]
+
+
+@pytest.mark.parametrize("name,cluster_of,job", BOUND_CASES, ids=[c[0] for c in BOUND_CASES])
+def test_bounds_never_exceed_the_exact_objective_on_graphs(name, cluster_of, job):
+    """lb1 (partials, generic floors), lb2 (rank-0 group floors) and the table bound are
+    below the exact objective of every candidate priced on the graph."""
+    model, cluster = MODELS[name], cluster_of()
+    scn = Scenario(model, cluster, job)
+    partials = enumerate_partials(model, cluster, job, scn.num_nodes, SpaceLimits())
+    table = scn.config_table(partials.configs, partials.config_arrays)
+    rng = np.random.default_rng(11)
+    pick = rng.choice(len(partials), size=min(40, len(partials)), replace=False)
+    lb1 = _partial_bound(scn, table, partials, pick, RANK_ORDERS)
+    rows = []
+    for i, n in enumerate(pick):
+        for zero in (1, 2, 3) if partials.dp[n] * table.configs[partials.config[n]].cp > 1 else (0,):
+            for order in range(len(RANK_ORDERS)):
+                rows.append((partials.config[n], partials.pp[n], partials.dp[n], partials.vp[n], zero, order, i))
+    cols = np.array(rows, dtype=np.int64).T
+    cands = CandidateArrays(cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], RANK_ORDERS)
+    lb2 = _candidate_bound(scn, table, cands)
+    exact = [cands.candidate(table, i) for i in range(len(cands))]
+    problem = _problem(scn, exact, capacity=1e30)  # memory aside: bounds are on time
+    table_bound = problem.cand_lower_bound
+    problem = replace(problem, cand_lower_bound=np.zeros(len(exact), dtype=np.int64))
+    result = engine.solve(problem, "cpp")
+    assert (result.status == SOLVED).all()
+    assert (lb2 <= result.objective).all()
+    assert (lb1[cols[6]] <= result.objective).all()
+    assert (table_bound <= result.objective).all()
+    assert (lb2 > 0).all()
+
+
+TINY = ModelSpec(name="tiny", num_layers=4, hidden=1024, num_heads=16, ffn_hidden=4096,
+                 vocab_size=32000, seq_len=1024)
+EVERYTHING = SpaceLimits(sp=(False, True), zero=(0, 1, 2, 3), rank_order=RANK_ORDERS)
+
+
+def _exhaustive_optimum(model, cluster, job) -> int:
+    """Every candidate, every split, no pruning: the true optimum in picoseconds."""
+    scn = Scenario(model, cluster, job)
+    partials = enumerate_partials(model, cluster, job, scn.num_nodes, EVERYTHING)
+    cands = expand(partials, np.arange(len(partials)), EVERYTHING)
+    problem = _problem(scn, cands)
+    best = None
+    for n in range(len(cands)):
+        found = brute_force(problem, n)
+        if found is not None and (best is None or found[0] < best):
+            best = found[0]
+    return best
+
+
+def _slow_uplink_spine_leaf(memory_gib):
+    """4 leaves x 4 devices, 2 spines, uplinks at a quarter of the device links."""
+    graph = T.spine_leaf(4, 4, 2, bandwidth=100e9, uplink_bandwidth=25e9, latency=2e-6)
+    device = replace(nest.load_device("a100-80gb"), memory_bytes=memory_gib * 2**30)
+    return T.graph_cluster(graph, device, name="slow-uplinks")
+
+
+@pytest.mark.parametrize("memory_gib", [80, 1.0, 0.8])
+def test_graph_plan_is_the_exhaustive_optimum(memory_gib):
+    cluster = _slow_uplink_spine_leaf(memory_gib)
+    job = JobSpec(global_batch=16, seq_len=1024, reserved_memory_bytes=0.5 * 2**30)
+    optimum = _exhaustive_optimum(TINY, cluster, job)
+    plan = nest.plan(TINY, cluster, job)
+    assert round(plan.step_time_s * PS) == optimum
+    assert plan.memory_max_bytes <= cluster.device.memory_bytes
+
+
+def _ecmp_reference(graph, flows):
+    """Independent ECMP: every flow split evenly over networkx's all shortest paths
+    (weight = cost), loads per directed link; (max load / capacity, max path latency)."""
+    load, latency = {}, 0.0
+    devices = T.devices(graph)
+    for s, t, amount in flows:
+        paths = list(nx.all_shortest_paths(graph, devices[s], devices[t], weight="cost"))
+        for path in paths:
+            latency = max(latency, sum(graph.edges[u, v].get("latency", 0.0) for u, v in zip(path, path[1:])))
+            for u, v in zip(path, path[1:]):
+                load[(u, v)] = load.get((u, v), 0.0) + amount / len(paths)
+    ratio = max(v / graph.edges[e]["bandwidth"] for e, v in load.items())
+    return ratio, latency
+
+
+@pytest.mark.parametrize("make", [
+    lambda: T.fat_tree(4, bandwidth=10.0, latency=1.0, oversubscription=(1, 2)),
+    lambda: T.spine_leaf(3, 2, 3, bandwidth=10.0, uplink_bandwidth=4.0, latency=1.0),
+    lambda: T.rail_optimized(3, 4, spines=2, nvlink_bandwidth=90.0, nic_bandwidth=10.0),
+    lambda: T.dragonfly(4, 3, 2),
+    lambda: T.torus((3, 4), bandwidth=10.0, latency=1.0),
+])
+def test_ecmp_pricing_equals_path_enumeration(make):
+    """Pair DAGs, twin switches merged (fat-tree cores, spines): the same link loads and
+    latencies as splitting every flow over networkx's enumeration of its shortest paths."""
+    graph = make()
+    for u, v in graph.edges:  # costs become explicit weights for networkx
+        graph.edges[u, v].setdefault("cost", 1)
+    n = len(T.devices(graph))
+    rng = np.random.default_rng(3)
+    for _ in range(4):
+        src = rng.integers(0, n, 12)
+        dst = rng.integers(0, n, 12)
+        keep = src != dst
+        pairs = np.stack([src[keep], dst[keep]], axis=1)
+        alpha, beta = T.point_to_point(graph, pairs)
+        ratio, latency = _ecmp_reference(graph, [(s, t, 1.0) for s, t in pairs])
+        assert math.isclose(beta, ratio, rel_tol=1e-12) and math.isclose(alpha, latency, rel_tol=1e-12)
+
+
+def test_twin_switches_are_merged():
+    comp = T._compile(T.fat_tree(8))
+    # (k/2)^2 = 16 core switches form k/2 = 4 classes of twins: 4 representatives keep links
+    cores = [i for i, r in enumerate(comp.routers) if str(r).startswith("core")]
+    assert len(cores) == 16
+    assert len(set(comp.eu.tolist()) & set(cores)) == 4
+    assert set(comp.mul_tail[np.isin(comp.eu, cores)]) == {4.0}
+
+
+def test_locality_order_and_levels():
+    fat = T.fat_tree(8)
+    assert T.locality_order(fat) == T.devices(fat)  # pods and edge switches contiguous
+    assert T.level_sizes(fat) == (4, 16, 128)
+    rail = T.rail_optimized(4, 8)
+    assert T.level_sizes(rail) == (8, 32)
+    # devices numbered across nodes (d0 on node 0, d1 on node 1, ...): the order regroups them
+    shuffled = nx.relabel_nodes(rail, {f"d{i}": f"g{(i % 8) * 4 + i // 8}" for i in range(32)})
+    for i in range(32):
+        shuffled.nodes[f"g{i}"]["index"] = i
+    order = T.locality_order(shuffled)
+    hosts = [shuffled.nodes[d]["host"] for d in order]
+    assert all(len(set(hosts[i:i + 8])) == 1 for i in range(0, 32, 8))
+
+
+def test_graph_cluster_spec():
+    cluster = nest.load_cluster("h100-fattree", devices=128)
+    assert cluster.is_graph and cluster.num_devices == 128
+    assert [t.fanout for t in cluster.tiers] == [4, 4, 8]
+    assert cluster == replace(cluster, graph=None, device_order=())  # graph and order left out of eq
+    assert "graph" not in repr(cluster)
+    with pytest.raises(nest.SpecError, match="device_order"):
+        nest.ClusterSpec("x", H100, cluster.tiers, graph=cluster.graph, device_order=("d0",))
+    with pytest.raises(nest.SpecError, match="fat tree"):
+        nest.load_cluster("h100-fattree", devices=17)
+
+
+def test_graph_placement_in_plan():
+    """Every rank's coordinates, device and host; stages list their devices."""
+    cluster = nest.load_cluster("dgx-h100-rail", devices=64)
+    plan = nest.evaluate("gpt-1.7b", cluster, JobSpec(512, 2048), tp=2, pp=4, dp=8, micro_batch=1,
+                         sp=True, zero=1, rank_order="tp-cp-ep-pp-dp")
+    doc = plan.to_dict()
+    ranks = doc["placement"]["ranks"]
+    assert doc["placement"]["device_order"] == "graph" and len(ranks) == 64
+    strides = {"tp": 1, "cp": 2, "pp": 2, "dp": 8}
+    for r in ranks:
+        assert r["rank"] == sum(r[d] * s for d, s in strides.items())
+        assert r["device"] == cluster.device_order[r["rank"]]
+        assert r["host"] == cluster.graph.nodes[r["device"]]["host"]
+    for stage in doc["stages"]:
+        assert stage["devices"] == [ranks[i]["device"] for i in stage["ranks"]]
+        assert {ranks[i]["pp"] for i in stage["ranks"]} == {stage["index"]}
+    assert doc["placement"]["hosts"] == 8
+    # a host's devices are its slots 0..7 in device order
+    for host in {r["host"] for r in ranks}:
+        assert sorted(r["slot"] for r in ranks if r["host"] == host) == list(range(8))
+
+
+def test_tier_placement_is_device_index():
+    plan = nest.evaluate("gpt-1.7b", nest.load_cluster("dgx-a100", devices=64), JobSpec(512, 2048),
+                         tp=8, pp=2, dp=4, micro_batch=1, sp=True, zero=1)
+    doc = plan.to_dict()
+    assert [r["device"] for r in doc["placement"]["ranks"]] == list(range(64))
+    assert doc["stages"][1]["devices"] == list(range(32, 64)) == doc["stages"][1]["ranks"]
+    assert [r["host"] for r in doc["placement"]["ranks"][:9]] == ["node0"] * 8 + ["node1"]
+    for r in doc["placement"]["ranks"]:
+        assert r["ep"] == 0 and r["expert_dp"] == r["tp"] + 8 * r["dp"]
+
+
+def test_expert_coordinates():
+    cluster = nest.load_cluster("dgx-h100", devices=64)
+    plan = nest.evaluate("mixtral-8x7b", cluster, JobSpec(128, 4096), tp=2, pp=2, dp=16, ep=8,
+                         micro_batch=1, sp=True, zero=1)
+    ranks = plan.to_dict()["placement"]["ranks"]
+    for stage in range(2):
+        members = [r for r in ranks if r["pp"] == stage]
+        assert [r["ep"] for r in members] == [i % 8 for i in range(32)]
+        assert [r["expert_dp"] for r in members] == [i // 8 for i in range(32)]
+
+
+def test_boundary_seconds_on_graph_equal_the_tiers():
+    """Each pipeline boundary's transfer (what the simulator needs) prices like its tier."""
+    from nest.costs import LayerConfig
+    from nest.tables import Candidate
+
+    tiers, graph = _hierarchy_graph_cluster("dgx-a100", 64)
+    model, job = MODELS["gpt-1.7b"], JobSpec(512, 2048)
+    for order in RANK_ORDERS:
+        cand = Candidate(LayerConfig(2, True, 1, "none", True, 1, 1), 4, 8, 1, 1, order)
+        a, b = Scenario(model, tiers, job), Scenario(model, graph, job)
+        for k in range(4):
+            assert math.isclose(a.boundary_seconds(cand, k, 3e6), b.boundary_seconds(cand, k, 3e6), rel_tol=1e-9)
