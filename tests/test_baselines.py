@@ -131,3 +131,12 @@ def test_even_split():
     assert even_split(10, 3) == [3, 4, 3]
     assert even_split(26, 4) == [6, 7, 7, 6]
     assert sum(even_split(98, 16)) == 98 and max(even_split(98, 16)) - min(even_split(98, 16)) <= 1
+
+
+def test_flat_cluster_of_a_graph_drops_the_graph():
+    """The topology-blind view of a graph cluster prices on one flat tier, not the graph."""
+    graph = nest.load_cluster("h100-fattree", devices=64)
+    flat = flat_cluster(graph)
+    assert graph.is_graph and not flat.is_graph
+    assert flat.num_devices == graph.num_devices
+    assert len({(t.bandwidth, t.latency, t.oversubscription) for t in flat.tiers}) == 1

@@ -342,3 +342,13 @@ def test_nest_1f1b_plans_agree_with_simulation(model, devices):
     assert r.step_time_s <= plan.step_time_s * (1 + 1e-9)
     if plan.parallelism["num_microbatches"] >= plan.parallelism["pp"]:
         assert plan.step_time_s <= r.step_time_s * 1.02
+
+
+def test_graph_cluster_plan_simulates_on_the_graph_prices():
+    """On a graph cluster the simulator's sends are the boundary prices on the graph: its
+    stage times are the plan's, and the simulated step is no slower than the DP's."""
+    cluster = nest.load_cluster("h100-fattree", devices=64)
+    plan = nest.evaluate("llama2-7b", cluster, tp=2, pp=4, dp=8, micro_batch=1, sp=True, zero=1)
+    r, closed = _sim_checks(plan, "llama2-7b", cluster)
+    assert r.step_time_s <= plan.step_time_s * (1 + 1e-9)
+    _closed_form_exact(plan, closed)

@@ -227,7 +227,7 @@ def flat_cluster(cluster: ClusterSpec, bandwidth: float | None = None,
     if latency is None:
         latency = sum(w * t.latency for w, t in zip(pairs, cluster.tiers)) / total
     tiers = tuple(Tier(t.name, t.fanout, bandwidth, latency) for t in cluster.tiers)
-    return replace(cluster, name=f"{cluster.name}-flat", tiers=tiers)
+    return replace(cluster, name=f"{cluster.name}-flat", tiers=tiers, graph=None, device_order=())
 
 
 def topology_blind(model, cluster, job=None, *, source=None, limits: SpaceLimits = SpaceLimits(),

@@ -18,7 +18,8 @@ on their devices and links in the order Megatron-LM issues them.
 * **Point-to-point transfers.** After ``F(q, j)`` the device sends the output of node
   ``e_q - 1`` to virtual stage ``q + 1``, after ``B(q, j)`` the gradient of its input
   (the output of node ``s_q - 1``) to ``q - 1``; each is priced with
-  :func:`nest.network.point_to_point` on the tier that the pair of pipeline ranks crosses
+  :meth:`~nest.tables.Scenario.boundary_seconds` on the tier that the pair of pipeline
+  ranks crosses (on a graph: with all the boundary's rank pairs at once)
   (:attr:`~nest.tables.Placement.boundary_tiers`, worst rank of the stage) and occupies
   both the sender (the sender pays, as in the cost model) and the directed link; the
   receiver may start the dependent task when the transfer ends. Sends are buffered (no
@@ -66,7 +67,6 @@ from typing import Sequence
 import numpy as np
 
 from .model import BLOCK, MOE
-from .network import point_to_point
 from .tables import OPTIMIZER_KERNELS, Candidate, Scenario
 
 FORWARD, RECOMPUTE, BACKWARD = "forward", "recompute", "backward"
@@ -392,8 +392,10 @@ def stage_tasks(scn: Scenario, cand: Candidate, layers_per_stage: Sequence[int])
         rows = [per_kind[kinds[i]] for i in range(s, e)]
         fwd_tier = int(tiers[q % cand.pp]) if q < n_virtual - 1 else -1
         bwd_tier = int(tiers[(q - 1) % cand.pp]) if q > 0 else -1
-        send_f = point_to_point(scn.cluster, fwd_tier, per_kind[kinds[e - 1]][6]) if q < n_virtual - 1 else 0.0
-        send_b = point_to_point(scn.cluster, bwd_tier, per_kind[kinds[s - 1]][6]) if q > 0 else 0.0
+        send_f = (scn.boundary_seconds(cand, q % cand.pp, per_kind[kinds[e - 1]][6])
+                  if q < n_virtual - 1 else 0.0)
+        send_b = (scn.boundary_seconds(cand, (q - 1) % cand.pp, per_kind[kinds[s - 1]][6])
+                  if q > 0 else 0.0)
         out.append(StageTasks(
             forward_s=sum(r[0] for r in rows), recompute_s=sum(r[1] for r in rows),
             backward_s=sum(r[2] for r in rows), send_forward_s=send_f, send_backward_s=send_b,
