@@ -2,17 +2,12 @@
 objective, on realistic and on adversarial networks (an outer tier faster than an inner
 one spreads groups profitably, which once made a bound overshoot)."""
 
-import numpy as np
 import pytest
+from planning_checks import assert_bounds_below_objective
 
 import nest
-from nest import engine
-from nest.dp_problem import SOLVED
-from nest.planner import _candidate_bound, _partial_bound, _problem
 from nest.presets.models import MODELS
-from nest.space import RANK_ORDERS, SpaceLimits, enumerate_partials
 from nest.specs import JobSpec, Tier
-from nest.tables import CandidateArrays, Scenario
 
 
 def _fast_outer_cluster():
@@ -30,29 +25,4 @@ CASES = [
 
 @pytest.mark.parametrize("name,cluster_of,job", CASES, ids=[c[0] for c in CASES])
 def test_bounds_never_exceed_the_exact_objective(name, cluster_of, job):
-    model, cluster = MODELS[name], cluster_of()
-    scn = Scenario(model, cluster, job)
-    partials = enumerate_partials(model, cluster, job, scn.num_nodes, SpaceLimits())
-    table = scn.config_table(partials.configs, partials.config_arrays)
-    rng = np.random.default_rng(7)
-    pick = rng.choice(len(partials), size=min(60, len(partials)), replace=False)
-    lb1 = _partial_bound(scn, table, partials, pick, RANK_ORDERS)
-    rows = []
-    for i, n in enumerate(pick):
-        for zero in (1, 2, 3) if partials.dp[n] * table.configs[partials.config[n]].cp > 1 else (0,):
-            for order in range(len(RANK_ORDERS)):
-                rows.append((partials.config[n], partials.pp[n], partials.dp[n], partials.vp[n], zero, order, i))
-    cols = np.array(rows, dtype=np.int64).T
-    cands = CandidateArrays(cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], RANK_ORDERS)
-    lb2 = _candidate_bound(scn, table, cands)
-    exact = [cands.candidate(table, i) for i in range(len(cands))]
-    problem = _problem(scn, exact, capacity=1e30)  # memory aside: bounds are on time
-    table_bound = problem.cand_lower_bound
-    problem = type(problem)(**{**problem.__dict__, "cand_lower_bound": np.zeros(len(exact), dtype=np.int64)})
-    result = engine.solve(problem, "cpp")
-    solved = result.status == SOLVED
-    assert solved.all()
-    assert (lb2 <= result.objective).all()
-    assert (lb1[cols[6]] <= result.objective).all()
-    assert (table_bound <= result.objective).all()
-    assert (lb2 > 0).all()  # bounds that actually bound something
+    assert_bounds_below_objective(MODELS[name], cluster_of(), job, seed=7, sample=60)

@@ -8,17 +8,14 @@ from dataclasses import replace
 import networkx as nx
 import numpy as np
 import pytest
+from planning_checks import assert_bounds_below_objective, exhaustive_optimum
 
 import nest
-from nest import engine
 from nest import topology as T
-from nest.dp_problem import SOLVED
-from nest.dp_reference import brute_force
-from nest.planner import _candidate_bound, _partial_bound, _problem
 from nest.presets.models import MODELS
-from nest.space import RANK_ORDERS, SpaceLimits, enumerate_partials, expand
+from nest.space import RANK_ORDERS, SpaceLimits
 from nest.specs import JobSpec, ModelSpec
-from nest.tables import PS, CandidateArrays, Scenario
+from nest.tables import PS, Scenario
 
 H100 = nest.load_device("h100-sxm")
 
@@ -91,50 +88,12 @@ BOUND_CASES = [
 def test_bounds_never_exceed_the_exact_objective_on_graphs(name, cluster_of, job):
     """lb1 (partials, generic floors), lb2 (rank-0 group floors) and the table bound are
     below the exact objective of every candidate priced on the graph."""
-    model, cluster = MODELS[name], cluster_of()
-    scn = Scenario(model, cluster, job)
-    partials = enumerate_partials(model, cluster, job, scn.num_nodes, SpaceLimits())
-    table = scn.config_table(partials.configs, partials.config_arrays)
-    rng = np.random.default_rng(11)
-    pick = rng.choice(len(partials), size=min(40, len(partials)), replace=False)
-    lb1 = _partial_bound(scn, table, partials, pick, RANK_ORDERS)
-    rows = []
-    for i, n in enumerate(pick):
-        for zero in (1, 2, 3) if partials.dp[n] * table.configs[partials.config[n]].cp > 1 else (0,):
-            for order in range(len(RANK_ORDERS)):
-                rows.append((partials.config[n], partials.pp[n], partials.dp[n], partials.vp[n], zero, order, i))
-    cols = np.array(rows, dtype=np.int64).T
-    cands = CandidateArrays(cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], RANK_ORDERS)
-    lb2 = _candidate_bound(scn, table, cands)
-    exact = [cands.candidate(table, i) for i in range(len(cands))]
-    problem = _problem(scn, exact, capacity=1e30)  # memory aside: bounds are on time
-    table_bound = problem.cand_lower_bound
-    problem = replace(problem, cand_lower_bound=np.zeros(len(exact), dtype=np.int64))
-    result = engine.solve(problem, "cpp")
-    assert (result.status == SOLVED).all()
-    assert (lb2 <= result.objective).all()
-    assert (lb1[cols[6]] <= result.objective).all()
-    assert (table_bound <= result.objective).all()
-    assert (lb2 > 0).all()
+    assert_bounds_below_objective(MODELS[name], cluster_of(), job, seed=11, sample=40)
 
 
 TINY = ModelSpec(name="tiny", num_layers=4, hidden=1024, num_heads=16, ffn_hidden=4096,
                  vocab_size=32000, seq_len=1024)
 EVERYTHING = SpaceLimits(sp=(False, True), zero=(0, 1, 2, 3), rank_order=RANK_ORDERS)
-
-
-def _exhaustive_optimum(model, cluster, job) -> int:
-    """Every candidate, every split, no pruning: the true optimum in picoseconds."""
-    scn = Scenario(model, cluster, job)
-    partials = enumerate_partials(model, cluster, job, scn.num_nodes, EVERYTHING)
-    cands = expand(partials, np.arange(len(partials)), EVERYTHING)
-    problem = _problem(scn, cands)
-    best = None
-    for n in range(len(cands)):
-        found = brute_force(problem, n)
-        if found is not None and (best is None or found[0] < best):
-            best = found[0]
-    return best
 
 
 def _slow_uplink_spine_leaf(memory_gib):
@@ -148,7 +107,7 @@ def _slow_uplink_spine_leaf(memory_gib):
 def test_graph_plan_is_the_exhaustive_optimum(memory_gib):
     cluster = _slow_uplink_spine_leaf(memory_gib)
     job = JobSpec(global_batch=16, seq_len=1024, reserved_memory_bytes=0.5 * 2**30)
-    optimum = _exhaustive_optimum(TINY, cluster, job)
+    optimum = exhaustive_optimum(TINY, cluster, job, EVERYTHING)
     plan = nest.plan(TINY, cluster, job)
     assert round(plan.step_time_s * PS) == optimum
     assert plan.memory_max_bytes <= cluster.device.memory_bytes

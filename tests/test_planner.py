@@ -1,15 +1,13 @@
 """End-to-end planning: exactness against brute force, evaluate round trips, engines agree."""
 
-import numpy as np
 import pytest
+from planning_checks import exhaustive_optimum
 
 import nest
-from nest.dp_reference import brute_force
-from nest.planner import _problem
 from nest.presets.clusters import CLUSTERS
-from nest.space import SpaceLimits, enumerate_partials, expand
+from nest.space import SpaceLimits
 from nest.specs import JobSpec, ModelSpec
-from nest.tables import PS, Scenario
+from nest.tables import PS
 
 TINY = ModelSpec(name="tiny", num_layers=4, hidden=1024, num_heads=16, ffn_hidden=4096,
                  vocab_size=32000, seq_len=1024)
@@ -25,26 +23,11 @@ EVERYTHING = SpaceLimits(sp=(False, True), zero=(0, 1, 2, 3),
                         rank_order=("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"))
 
 
-def _exhaustive_optimum(model, cluster, job) -> int:
-    """Every candidate (dominated options included), every split, no pruning: the true
-    optimum in integer picoseconds."""
-    scn = Scenario(model, cluster, job)
-    partials = enumerate_partials(model, cluster, job, scn.num_nodes, EVERYTHING)
-    cands = expand(partials, np.arange(len(partials)), EVERYTHING)
-    problem = _problem(scn, cands)
-    best = None
-    for n in range(len(cands)):
-        found = brute_force(problem, n)
-        if found is not None and (best is None or found[0] < best):
-            best = found[0]
-    return best
-
-
 @pytest.mark.parametrize("memory_gib", [80, 1.0, 0.8, 0.7])
 def test_plan_is_the_exhaustive_optimum(memory_gib):
     cluster = _tiny_cluster(memory_gib)
     job = JobSpec(global_batch=16, seq_len=1024, reserved_memory_bytes=0.5 * 2**30)
-    optimum = _exhaustive_optimum(TINY, cluster, job)
+    optimum = exhaustive_optimum(TINY, cluster, job, EVERYTHING)
     plan = nest.plan(TINY, cluster, job)
     assert round(plan.step_time_s * PS) == optimum
     assert plan.memory_max_bytes <= cluster.device.memory_bytes

@@ -52,33 +52,33 @@ class KernelModel:
 
     # -- GEMMs of the linear layers (training dtype) -----------------------------------
 
-    def gemm(self, m: float, n: float, k: float) -> float:
-        """``[m, k] x [k, n]`` in the training dtype (FP8: plus the cast of ``[m, k]``)."""
-        flops = 2.0 * m * n * k
-        rate = self.compute_rate
+    def _matmul(self, m, n, k, batch, rate, in_bytes, out_bytes, maximum):
+        """The roofline of ``batch`` ``[m, k] x [k, n]`` products: the main loop at
+        ``rate`` (reduced by the wave tail) plus writing the output tile, or the whole HBM
+        traffic, whichever is longer, plus one launch. ``maximum`` is ``max`` for scalars
+        and ``np.maximum`` for arrays: the same operations in the same order, so the
+        columnar tables equal the scalar prices bit for bit."""
+        flops = 2.0 * m * n * k * batch
         if self.wave_tail:
-            waves = m * n / self.wave_elements
+            waves = m * n * batch / self.wave_elements
             rate = rate * (waves / (waves + self.wave_tail))
-        out = m * n * self.out_bytes
-        traffic = (m * k + k * n) * self.dtype_bytes + out
-        time = max(flops / rate + out / self.memory_rate, traffic / self.memory_rate) + self.overhead
+        out = m * n * out_bytes * batch
+        traffic = (m * k + k * n) * in_bytes * batch + out
+        return maximum(flops / rate + out / self.memory_rate, traffic / self.memory_rate) + self.overhead
+
+    def _gemm(self, m, n, k, maximum):
+        time = self._matmul(m, n, k, 1, self.compute_rate, self.dtype_bytes, self.out_bytes, maximum)
         if self.cast_bytes:
             time = time + (m * k * self.cast_bytes / self.memory_rate + self.overhead)
         return time
 
+    def gemm(self, m: float, n: float, k: float) -> float:
+        """``[m, k] x [k, n]`` in the training dtype (FP8: plus the cast of ``[m, k]``)."""
+        return self._gemm(m, n, k, max)
+
     def gemms(self, m, n, k) -> np.ndarray:
         """:meth:`gemm` elementwise over numpy arrays (same operations, same order)."""
-        flops = 2.0 * m * n * k
-        rate = self.compute_rate
-        if self.wave_tail:
-            waves = m * n / self.wave_elements
-            rate = rate * (waves / (waves + self.wave_tail))
-        out = m * n * self.out_bytes
-        traffic = (m * k + k * n) * self.dtype_bytes + out
-        time = np.maximum(flops / rate + out / self.memory_rate, traffic / self.memory_rate) + self.overhead
-        if self.cast_bytes:
-            time = time + (m * k * self.cast_bytes / self.memory_rate + self.overhead)
-        return time
+        return self._gemm(m, n, k, np.maximum)
 
     # -- 16-bit matmuls: attention scores and values without fusion (batched), the output
     # layer and MoE routers (batch 1), which FP8 recipes keep in BF16 ----------------------
@@ -86,25 +86,11 @@ class KernelModel:
     def bmm(self, m: float, n: float, k: float, batch: float) -> float:
         """``batch`` independent ``[m, k] x [k, n]`` products in one strided-batched launch,
         in the activation dtype (equal to :meth:`gemm` when the training dtype is 16-bit)."""
-        flops = 2.0 * m * n * k * batch
-        rate = self.bmm_rate
-        if self.wave_tail:
-            waves = m * n * batch / self.wave_elements
-            rate = rate * (waves / (waves + self.wave_tail))
-        out = m * n * self.act_bytes * batch
-        traffic = (m * k + k * n) * self.act_bytes * batch + out
-        return max(flops / rate + out / self.memory_rate, traffic / self.memory_rate) + self.overhead
+        return self._matmul(m, n, k, batch, self.bmm_rate, self.act_bytes, self.act_bytes, max)
 
     def bmms(self, m, n, k, batch) -> np.ndarray:
         """:meth:`bmm` elementwise over numpy arrays."""
-        flops = 2.0 * m * n * k * batch
-        rate = self.bmm_rate
-        if self.wave_tail:
-            waves = m * n * batch / self.wave_elements
-            rate = rate * (waves / (waves + self.wave_tail))
-        out = m * n * self.act_bytes * batch
-        traffic = (m * k + k * n) * self.act_bytes * batch + out
-        return np.maximum(flops / rate + out / self.memory_rate, traffic / self.memory_rate) + self.overhead
+        return self._matmul(m, n, k, batch, self.bmm_rate, self.act_bytes, self.act_bytes, np.maximum)
 
     # -- bandwidth-bound kernels and fused attention (scalars or arrays) --------------
 

@@ -1,0 +1,60 @@
+"""Checks shared by the planner tests: the exhaustive optimum of a small job and the
+validity of the search's lower bounds (imported by test modules; pytest puts this
+directory on sys.path)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nest import engine
+from nest.dp_problem import SOLVED
+from nest.dp_reference import brute_force
+from nest.planner import _candidate_bound, _partial_bound, _problem
+from nest.space import RANK_ORDERS, SpaceLimits, enumerate_partials, expand
+from nest.tables import CandidateArrays, Scenario
+
+
+def exhaustive_optimum(model, cluster, job, limits: SpaceLimits) -> int:
+    """Every candidate of ``limits`` (dominated options included), every split, no
+    pruning: the true optimum in integer picoseconds."""
+    scn = Scenario(model, cluster, job)
+    partials = enumerate_partials(model, cluster, job, scn.num_nodes, limits)
+    cands = expand(partials, np.arange(len(partials)), limits)
+    problem = _problem(scn, cands)
+    best = None
+    for n in range(len(cands)):
+        found = brute_force(problem, n)
+        if found is not None and (best is None or found[0] < best):
+            best = found[0]
+    return best
+
+
+def assert_bounds_below_objective(model, cluster, job, *, seed: int, sample: int) -> None:
+    """lb1 (partials), lb2 (full candidates) and the table bound of ``sample`` random
+    partials, expanded over every ZeRO stage and rank order, never exceed the exact
+    objective the DP finds for them (memory aside: the bounds are on time), and lb2
+    bounds something."""
+    scn = Scenario(model, cluster, job)
+    partials = enumerate_partials(model, cluster, job, scn.num_nodes, SpaceLimits())
+    table = scn.config_table(partials.configs, partials.config_arrays)
+    rng = np.random.default_rng(seed)
+    pick = rng.choice(len(partials), size=min(sample, len(partials)), replace=False)
+    lb1 = _partial_bound(scn, table, partials, pick, RANK_ORDERS)
+    rows = []
+    for i, n in enumerate(pick):
+        for zero in (1, 2, 3) if partials.dp[n] * table.configs[partials.config[n]].cp > 1 else (0,):
+            for order in range(len(RANK_ORDERS)):
+                rows.append((partials.config[n], partials.pp[n], partials.dp[n], partials.vp[n], zero, order, i))
+    cols = np.array(rows, dtype=np.int64).T
+    cands = CandidateArrays(cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], RANK_ORDERS)
+    lb2 = _candidate_bound(scn, table, cands)
+    exact = [cands.candidate(table, i) for i in range(len(cands))]
+    problem = _problem(scn, exact, capacity=1e30)
+    table_bound = problem.cand_lower_bound
+    problem = type(problem)(**{**problem.__dict__, "cand_lower_bound": np.zeros(len(exact), dtype=np.int64)})
+    result = engine.solve(problem, "cpp")
+    assert (result.status == SOLVED).all()
+    assert (lb2 <= result.objective).all()
+    assert (lb1[cols[6]] <= result.objective).all()
+    assert (table_bound <= result.objective).all()
+    assert (lb2 > 0).all()
