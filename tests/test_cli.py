@@ -113,3 +113,10 @@ def test_listings(capsys):
     assert main(["clusters", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert {"dgx-a100", "dgx-h100", "tpuv4-fattree", "h100-spineleaf"} <= {c["name"] for c in doc["clusters"]}
+
+
+def test_report_summarises_long_rank_lists():
+    from nest.report import _ranges
+
+    assert _ranges((0, 1, 2, 3, 8, 9)) == "0-3,8-9"
+    assert _ranges(tuple(range(0, 64, 8))) == "0,8,... (8 in 8 runs)"

@@ -7,8 +7,9 @@ from .result import Plan
 GiB = 2**30
 
 
-def _ranges(values: tuple[int, ...]) -> str:
-    """``0-7,16-23`` style compression of sorted integers."""
+def _ranges(values: tuple[int, ...], most: int = 3) -> str:
+    """``0-7,16-23`` style compression of sorted integers; beyond ``most`` runs the rest
+    is summarised (``--json`` has every rank)."""
     parts, start, prev = [], None, None
     for v in values:
         if start is None:
@@ -20,6 +21,8 @@ def _ranges(values: tuple[int, ...]) -> str:
             start = prev = v
     if start is not None:
         parts.append(f"{start}-{prev}" if prev != start else f"{start}")
+    if len(parts) > most:
+        return ",".join(parts[:most - 1]) + f",... ({len(values)} in {len(parts)} runs)"
     return ",".join(parts)
 
 
@@ -60,10 +63,10 @@ def render(plan: Plan) -> str:
         "",
         "time breakdown (s): " + "  ".join(f"{k} {v:.4f}" for k, v in plan.breakdown_s.items()),
         "",
-        f"{'stage':>5}  {'layers':<26} {'ranks':<14} {'time/mb (ms)':>12} {'memory (GiB)':>12}",
+        f"{'stage':>5}  {'layers':<26} {'ranks':<32} {'time/mb (ms)':>12} {'memory (GiB)':>12}",
     ]
     for s in plan.stages:
-        lines.append(f"{s.index:>5}  {_layers(s.layers):<26} {_ranges(s.ranks or s.devices):<14} "
+        lines.append(f"{s.index:>5}  {_layers(s.layers):<26} {_ranges(s.ranks or s.devices):<32} "
                      f"{1e3 * s.time_s:>12.3f} {s.memory_bytes / GiB:>12.2f}")
     where = plan.placement
     if where is not None and where.on_graph:
