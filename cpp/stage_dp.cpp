@@ -205,8 +205,10 @@ void check_values(const Problem& pb) {
     for (int64_t n = 0; n < N; ++n)
         require(pb.cand_lower_bound.data[n] >= 0, "cand_lower_bound must be non-negative");
     for (int64_t n = 0; n < N; ++n) {
-        const int64_t stages = pb.pos_offset.data[n + 1] - pb.pos_offset.data[n];
-        require(stages >= 1 && stages <= L, "every candidate needs 1 <= stages <= nodes");
+        // pos_offset[n] >= 0 by induction (pos_offset[0] == 0), so once stop > start the
+        // difference cannot overflow, whatever pos_offset[n + 1] holds.
+        const int64_t start = pb.pos_offset.data[n], stop = pb.pos_offset.data[n + 1];
+        require(stop > start && stop - start <= L, "every candidate needs 1 <= stages <= nodes");
     }
     // Offsets are now strictly increasing from 0 to total.
     const int64_t NT = pb.send_ps.shape[1];
