@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import reprlib
+
 
 class SpecError(ValueError):
     """Bad input: the message names the field and the offending value (CLI exit 2)."""
@@ -11,7 +13,31 @@ class InfeasibleError(RuntimeError):
     """No plan fits: the message gives the binding constraint (CLI exit 3)."""
 
 
+class _ShortRepr(reprlib.Repr):
+    """``repr`` bounded in size and depth, so that a hostile value (a YAML alias bomb
+    whose full repr has billions of elements, a megabyte string) still gives a one-line
+    message in microseconds. Scalars a user typed print exactly as ``repr`` does."""
+
+    def __init__(self):
+        super().__init__()
+        self.maxlevel = 2
+        self.maxtuple = self.maxlist = self.maxarray = self.maxset = self.maxfrozenset = self.maxdeque = 8
+        self.maxdict = 8
+        self.maxstring = 200
+        self.maxlong = 60
+        self.maxother = 200
+
+
+_SHORT = _ShortRepr()
+
+
+def short_repr(value) -> str:
+    """``repr(value)`` cut to a few hundred characters (see :class:`_ShortRepr`); use it
+    for values that come from user files in error messages."""
+    return _SHORT.repr(value)
+
+
 def require(condition: bool, field: str, value, expectation: str) -> None:
     """Raise :class:`SpecError` ``"<field> = <value>: <expectation>"`` unless ``condition``."""
     if not condition:
-        raise SpecError(f"{field} = {value!r}: {expectation}")
+        raise SpecError(f"{field} = {short_repr(value)}: {expectation}")

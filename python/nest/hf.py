@@ -44,10 +44,11 @@ DeepSeek's multi-token-prediction layers and router bias.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 from pathlib import Path
 
-from .errors import SpecError
+from .errors import SpecError, short_repr
 from .specs import ModelSpec, field_names
 
 SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
@@ -92,7 +93,7 @@ class _Config:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise SpecError(f"hf config {key} = {value!r}: must be an integer >= {minimum}")
+            raise SpecError(f"hf config {key} = {short_repr(value)}: must be an integer >= {minimum}")
         return value
 
     def bool(self, key: str, default: bool) -> bool:
@@ -101,7 +102,7 @@ class _Config:
         if value is None:
             return default
         if not isinstance(value, bool):
-            raise SpecError(f"hf config {key} = {value!r}: must be true or false")
+            raise SpecError(f"hf config {key} = {short_repr(value)}: must be true or false")
         return value
 
     def number(self, key: str, default: float) -> float:
@@ -111,7 +112,7 @@ class _Config:
             return default
         if (not isinstance(value, (int, float)) or isinstance(value, bool)
                 or not math.isfinite(value) or value < 0):
-            raise SpecError(f"hf config {key} = {value!r}: must be a finite number >= 0")
+            raise SpecError(f"hf config {key} = {short_repr(value)}: must be a finite number >= 0")
         return float(value)
 
     def int_list(self, key: str) -> list[int]:
@@ -121,7 +122,7 @@ class _Config:
             return []
         if not isinstance(value, list) or not all(
                 isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
-            raise SpecError(f"hf config {key} = {value!r}: must be a list of layer indices")
+            raise SpecError(f"hf config {key} = {short_repr(value)}: must be a list of layer indices")
         return sorted(set(value))
 
 
@@ -130,7 +131,7 @@ def _model_type(cfg: _Config) -> str:
     if model_type is None:
         raise SpecError("hf config model_type: missing")
     if model_type not in SUPPORTED:
-        raise SpecError(f"hf config model_type = {model_type!r}: unsupported "
+        raise SpecError(f"hf config model_type = {short_repr(model_type)}: unsupported "
                         f"(supported: {', '.join(SUPPORTED)})")
     return model_type
 
@@ -184,12 +185,12 @@ def _experts(cfg: _Config, model_type: str, fields: dict, notes: list[str]) -> N
     dense_only = cfg.int_list("mlp_only_layers")
     sparse = [i for i in range(layers) if i not in dense_only and (i + 1) % step == 0]
     if not sparse:
-        raise SpecError(f"hf config mlp_only_layers = {dense_only!r}: no MoE block is left")
+        raise SpecError(f"hf config mlp_only_layers = {short_repr(dense_only)}: no MoE block is left")
     first, interval = sparse[0], step
     expected = list(range(first, layers, interval))
     if sparse != expected:
-        raise SpecError(f"hf config mlp_only_layers = {dense_only!r}: MoE blocks {sparse} are not "
-                        "a dense prefix followed by every decoder_sparse_step-th block")
+        raise SpecError(f"hf config mlp_only_layers = {short_repr(dense_only)}: MoE blocks {short_repr(sparse)} "
+                        "are not a dense prefix followed by every decoder_sparse_step-th block")
     fields["first_dense_layers"] = first
     fields["moe_layer_interval"] = interval
     if model_type == "qwen2_moe" and cfg.has("shared_expert_intermediate_size"):
@@ -230,7 +231,7 @@ def _gated_decoder(cfg: _Config, model_type: str, notes: list[str]) -> dict:
         raise SpecError("hf config mlp_bias = True: gated-MLP biases are not supported")
     act = cfg.data.get("hidden_act", "silu")
     if act not in ("silu", "swish"):
-        notes.append(f"hidden_act = {act!r}: gated MLP priced as SwiGLU (same shapes)")
+        notes.append(f"hidden_act = {short_repr(act)}: gated MLP priced as SwiGLU (same shapes)")
     head_dim = cfg.data.get("head_dim")
     if model_type not in _DEEPSEEK and head_dim is not None and head_dim != fields["hidden"] // heads:
         fields["attention_head_dim"] = cfg.int("head_dim")
@@ -269,7 +270,7 @@ def _gpt_neox(cfg: _Config) -> dict:
 def _bert(cfg: _Config) -> dict:
     kind = cfg.data.get("position_embedding_type", "absolute")
     if kind != "absolute":
-        raise SpecError(f"hf config position_embedding_type = {kind!r}: only 'absolute' is supported")
+        raise SpecError(f"hf config position_embedding_type = {short_repr(kind)}: only 'absolute' is supported")
     dropout = any(cfg.number(k, 0.1) > 0
                   for k in ("hidden_dropout_prob", "attention_probs_dropout_prob"))
     return dict(num_layers=cfg.int("num_hidden_layers"), hidden=cfg.int("hidden_size"),
@@ -316,7 +317,7 @@ def model_from_hf_config(path_or_dict, name: str | None = None, *, seq_len: int 
     if seq_len is None:
         seq_len = max_position
     elif not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len <= 0:
-        raise SpecError(f"seq_len = {seq_len!r}: must be a positive integer")
+        raise SpecError(f"seq_len = {short_repr(seq_len)}: must be a positive integer")
     if fields["position_embedding"] == "learned" and seq_len > max_position:
         raise SpecError(f"seq_len = {seq_len}: exceeds the {max_position} learned positions "
                         f"of this {model_type} config")
@@ -328,9 +329,42 @@ def model_from_hf_config(path_or_dict, name: str | None = None, *, seq_len: int 
                   source=source)
     unknown = sorted(set(overrides) - field_names(ModelSpec))
     if unknown:
-        raise SpecError(f"model.{unknown[0]} = {overrides[unknown[0]]!r}: unknown key")
+        raise SpecError(f"model.{unknown[0]} = {short_repr(overrides[unknown[0]])}: unknown key")
     try:
         spec = ModelSpec(**fields)
-        return replace(spec, **overrides) if overrides else spec
     except SpecError as error:
-        raise SpecError(f"hf config ({where}): {error}") from None
+        # ModelSpec names its own fields; the user wrote the config's keys.
+        keys = _hf_keys(model_type, seq_len_from_config=seq_len == max_position)
+        prefix = "hf config" if isinstance(path_or_dict, dict) else f"hf config ({where})"
+        field = re.match(r"model\.\w+", str(error))
+        raise SpecError(f"{prefix} {_rename(str(error), keys)}" + (f" [{field.group(0)}]" if field else "")) from None
+    return replace(spec, **overrides) if overrides else spec
+
+
+def _hf_keys(model_type: str, seq_len_from_config: bool) -> dict[str, str]:
+    """ModelSpec field -> the config key it was read from, for error messages."""
+    if model_type == "gpt2":
+        keys = {"num_layers": "n_layer", "hidden": "n_embd", "num_heads": "n_head", "ffn_hidden": "n_inner",
+                "max_position": "n_positions"}
+    else:
+        keys = {"num_layers": "num_hidden_layers", "hidden": "hidden_size", "num_heads": "num_attention_heads",
+                "num_kv_heads": "num_key_value_heads", "ffn_hidden": "intermediate_size",
+                "max_position": "max_position_embeddings", "attention_head_dim": "head_dim"}
+    keys.update(vocab_size="vocab_size", type_vocab_size="type_vocab_size",
+                experts_per_token="num_experts_per_tok", moe_ffn_hidden="moe_intermediate_size",
+                num_experts={"mixtral": "num_local_experts", "deepseek_v2": "n_routed_experts",
+                             "deepseek_v3": "n_routed_experts"}.get(model_type, "num_experts"),
+                num_shared_experts="n_shared_experts" if model_type in _DEEPSEEK else "shared_expert_intermediate_size",
+                kv_lora_rank="kv_lora_rank", q_lora_rank="q_lora_rank", qk_rope_head_dim="qk_rope_head_dim",
+                qk_nope_head_dim="qk_nope_head_dim", v_head_dim="v_head_dim")
+    if seq_len_from_config:
+        keys["seq_len"] = keys["max_position"]
+    return keys
+
+
+def _rename(message: str, keys: dict[str, str]) -> str:
+    """``"model.hidden = 512: must be divisible by num_heads (7)"`` -> ``"hidden_size = 512:
+    must be divisible by num_attention_heads (7)"``: the field and the fields its rule
+    cites, in the config's names."""
+    message = re.sub(r"^model\.(\w+)", lambda m: keys.get(m.group(1), f"model.{m.group(1)}"), message)
+    return re.sub(r"\b(\w+) \(", lambda m: f"{keys.get(m.group(1), m.group(1))} (", message)

@@ -52,8 +52,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import SpecError
-from .profiles import Measurement, MeasuredProfile, NodeMeasurement
+from .errors import SpecError, short_repr
+from .profiles import MAX_BYTES, MAX_SECONDS, Measurement, MeasuredProfile, NodeMeasurement
 from .specs import ClusterSpec, DeviceSpec, JobSpec, OptimizerSpec, Tier
 
 GLOBAL_BATCH_SEQUENCES = 4096
@@ -200,27 +200,34 @@ def _int(value, what: str, minimum: int = 1) -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise SpecError(f"{what} = {value!r}: must be an integer >= {minimum}")
+        raise SpecError(f"{what} = {short_repr(value)}: must be an integer >= {minimum}")
     return value
 
 
-def _number(value, what: str, positive: bool = False) -> float:
+def _number(value, what: str, positive: bool = False, maximum: float = math.inf) -> float:
     if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
             or value < 0 or (positive and value == 0)):
-        raise SpecError(f"{what} = {value!r}: must be a finite number {'> 0' if positive else '>= 0'}")
+        raise SpecError(f"{what} = {short_repr(value)}: must be a finite number {'> 0' if positive else '>= 0'}")
+    if value > maximum:
+        # far beyond any measured layer or network; keeps the DP's int64 picoseconds safe
+        raise SpecError(f"{what} = {short_repr(value)}: must be at most {maximum:g}")
     return float(value)
+
+
+MAX_MS = MAX_SECONDS * 1e3
+"""Largest node latency (milliseconds): :data:`nest.profiles.MAX_SECONDS`."""
 
 
 def _bool(value, what: str) -> bool:
     if not isinstance(value, bool):
-        raise SpecError(f"{what} = {value!r}: must be true or false")
+        raise SpecError(f"{what} = {short_repr(value)}: must be true or false")
     return value
 
 
 def _list(data: dict, key: str, where: str) -> list:
     value = data.get(key)
     if not isinstance(value, list) or not value:
-        raise SpecError(f"{where}.{key} = {value!r}: must be a non-empty list")
+        raise SpecError(f"{where}.{key} = {short_repr(value)}: must be a non-empty list")
     return value
 
 
@@ -235,13 +242,13 @@ def _cluster(data: dict, where: str, name: str) -> tuple[ClusterSpec, int]:
     fanouts = [_int(v, f"{where}.devices_per_level[{i}]")
                for i, v in enumerate(_list(data, "devices_per_level", where))]
     bws = [_number(v, f"{where}.bws[{i}]", positive=True) for i, v in enumerate(_list(data, "bws", where))]
-    lat = [_number(v, f"{where}.latency_per_level[{i}]")
+    lat = [_number(v, f"{where}.latency_per_level[{i}]", maximum=MAX_SECONDS)
            for i, v in enumerate(_list(data, "latency_per_level", where))]
     if not len(fanouts) == len(bws) == len(lat):
-        raise SpecError(f"{where}.bws = {bws!r}: devices_per_level, bws and latency_per_level "
+        raise SpecError(f"{where}.bws = {short_repr(bws)}: devices_per_level, bws and latency_per_level "
                         "must have one entry per level")
     if math.prod(fanouts) != devices:
-        raise SpecError(f"{where}.devices_per_level = {fanouts!r}: multiplies to "
+        raise SpecError(f"{where}.devices_per_level = {short_repr(fanouts)}: multiplies to "
                         f"{math.prod(fanouts)}, maxDevices is {devices}")
     memory = _number(_require(data, "maxMemoryPerDevice", where), f"{where}.maxMemoryPerDevice",
                      positive=True)
@@ -258,7 +265,7 @@ def _graph(data: dict, where: str, micro_batch: int, boundary: str):
     nodes_by_tp, edges_by_tp = data.get("nodes"), data.get("edges")
     for key, value in (("nodes", nodes_by_tp), ("edges", edges_by_tp)):
         if not isinstance(value, dict) or not value:
-            raise SpecError(f"{where}.{key} = {value!r}: must map TP widths to lists")
+            raise SpecError(f"{where}.{key} = {short_repr(value)}: must map TP widths to lists")
     if set(nodes_by_tp) != set(edges_by_tp):
         raise SpecError(f"{where}.edges: TP widths {sorted(edges_by_tp)} differ from nodes' "
                         f"{sorted(nodes_by_tp)}")
@@ -268,36 +275,37 @@ def _graph(data: dict, where: str, micro_batch: int, boundary: str):
         tp = _tp(key, where)
         entries = nodes_by_tp[key]
         if not isinstance(entries, list) or not entries:
-            raise SpecError(f"{where}.nodes[{key!r}] = {entries!r}: must be a non-empty list")
+            raise SpecError(f"{where}.nodes[{short_repr(key)}] = {short_repr(entries)}: must be a non-empty list")
         by_id = {}
         for i, node in enumerate(entries):
-            here = f"{where}.nodes[{key!r}][{i}]"
+            here = f"{where}.nodes[{short_repr(key)}][{i}]"
             if not isinstance(node, dict):
-                raise SpecError(f"{here} = {node!r}: must be a mapping")
+                raise SpecError(f"{here} = {short_repr(node)}: must be a mapping")
             for name in _NODE_KEYS:
                 _require(node, name, here)
             node_id = node["id"]
             if not isinstance(node_id, int) or isinstance(node_id, bool) or node_id in by_id:
-                raise SpecError(f"{here}.id = {node_id!r}: must be a unique integer")
+                raise SpecError(f"{here}.id = {short_repr(node_id)}: must be a unique integer")
             by_id[node_id] = node
         order = sorted(by_id)
         if order != list(range(-1, len(order) - 1)):
-            raise SpecError(f"{where}.nodes[{key!r}]: ids {order[:3]}... must be -1 (embedding), "
+            raise SpecError(f"{where}.nodes[{short_repr(key)}]: ids {order[:3]}... must be -1 (embedding), "
                             "0, 1, ... (layers)")
         if ids is None:
             ids = tuple(order)
         elif tuple(order) != ids:
-            raise SpecError(f"{where}.nodes[{key!r}]: {len(order)} nodes, other TP widths have {len(ids)}")
+            raise SpecError(f"{where}.nodes[{short_repr(key)}]: {len(order)} nodes, other TP widths have {len(ids)}")
         position = {node_id: k for k, node_id in enumerate(ids)}
         tp_edges = []
         for i, e in enumerate(edges_by_tp[key] or []):
-            here = f"{where}.edges[{key!r}][{i}]"
+            here = f"{where}.edges[{short_repr(key)}][{i}]"
             if not isinstance(e, dict):
-                raise SpecError(f"{here} = {e!r}: must be a mapping")
+                raise SpecError(f"{here} = {short_repr(e)}: must be a mapping")
             src, dst = _require(e, "sourceId", here), _require(e, "destId", here)
             if src not in position or dst not in position or position[src] >= position[dst]:
-                raise SpecError(f"{here}: edge {src!r} -> {dst!r} must join known nodes forward")
-            cost = _number(_require(e, "communicationCost", here), f"{here}.communicationCost")
+                raise SpecError(f"{here}: edge {short_repr(src)} -> {short_repr(dst)} must join known nodes forward")
+            cost = _number(_require(e, "communicationCost", here), f"{here}.communicationCost",
+                           maximum=MAX_BYTES)
             tp_edges.append(Edge(tp, position[src], position[dst], cost))
         chain = {(e.source, e.dest): e.bytes for e in tp_edges}
         out = []
@@ -305,22 +313,26 @@ def _graph(data: dict, where: str, micro_batch: int, boundary: str):
             if k == len(ids) - 1:
                 out.append(0.0)
             elif (k, k + 1) not in chain:
-                raise SpecError(f"{where}.edges[{key!r}]: no edge from node {ids[k]} to node {ids[k + 1]}")
+                raise SpecError(f"{where}.edges[{short_repr(key)}]: no edge from node {ids[k]} to node {ids[k + 1]}")
             elif boundary == "chain":
                 out.append(chain[(k, k + 1)])
             else:
                 out.append(sum(e.bytes for e in tp_edges if e.source <= k < e.dest))
+            if out[-1] > MAX_BYTES:
+                raise SpecError(f"{where}.edges[{short_repr(key)}]: {out[-1]:g} bytes leave node {ids[k]}, "
+                                f"at most {MAX_BYTES:g} supported")
         names = ["embedding"] + [f"block.{i}" for i in range(len(ids) - 1)]
         measured = []
         for k, node_id in enumerate(ids):
             node = by_id[node_id]
-            here = f"{where}.nodes[{key!r}] id {node_id}"
+            here = f"{where}.nodes[{short_repr(key)}] id {node_id}"
             measured.append(NodeMeasurement(
                 name=names[k],
-                forward_s=_number(node["optimalLatencyFw"], f"{here}.optimalLatencyFw") * 1e-3,
-                backward_s=_number(node["optimalLatencyBw"], f"{here}.optimalLatencyBw") * 1e-3,
-                param_bytes=_number(node["parameterSize"], f"{here}.parameterSize"),
-                activation_bytes=_number(node["activationSize"], f"{here}.activationSize"),
+                forward_s=_number(node["optimalLatencyFw"], f"{here}.optimalLatencyFw", maximum=MAX_MS) * 1e-3,
+                backward_s=_number(node["optimalLatencyBw"], f"{here}.optimalLatencyBw", maximum=MAX_MS) * 1e-3,
+                param_bytes=_number(node["parameterSize"], f"{here}.parameterSize", maximum=MAX_BYTES),
+                activation_bytes=_number(node["activationSize"], f"{here}.activationSize",
+                                         maximum=MAX_BYTES),
                 output_bytes=out[k]))
         measurements.append(Measurement(tp, micro_batch, tuple(measured)))
         edges += tp_edges
@@ -331,18 +343,18 @@ def _tp(key, where: str) -> int:
     try:
         return _int(int(key), f"{where}.nodes key")
     except (TypeError, ValueError):
-        raise SpecError(f"{where}.nodes key {key!r}: must be a TP width") from None
+        raise SpecError(f"{where}.nodes key {short_repr(key)}: must be a TP width") from None
 
 
 def _baselines(data: dict, where: str, layers: int) -> dict:
     raw = data.get("baselines", {}) or {}
     if not isinstance(raw, dict):
-        raise SpecError(f"{where}.baselines = {raw!r}: must be a mapping")
+        raise SpecError(f"{where}.baselines = {short_repr(raw)}: must be a mapping")
     result = {}
     for name, cfg in raw.items():
         here = f"{where}.baselines.{name}"
         if not isinstance(cfg, dict):
-            raise SpecError(f"{here} = {cfg!r}: must be a mapping")
+            raise SpecError(f"{here} = {short_repr(cfg)}: must be a mapping")
         values = {k: _int(_require(cfg, k, here), f"{here}.{k}") for k in ("p", "t", "d")}
         count = _int(_require(cfg, "num_transformer_layers", here), f"{here}.num_transformer_layers")
         if count != layers:
@@ -350,11 +362,11 @@ def _baselines(data: dict, where: str, layers: int) -> dict:
         partition = cfg.get("layer_partition")
         if partition is not None:
             if not isinstance(partition, list):
-                raise SpecError(f"{here}.layer_partition = {partition!r}: must be a list")
+                raise SpecError(f"{here}.layer_partition = {short_repr(partition)}: must be a list")
             partition = tuple(_int(v, f"{here}.layer_partition[{i}]", minimum=0)
                               for i, v in enumerate(partition))
             if len(partition) != values["p"] or sum(partition) != layers:
-                raise SpecError(f"{here}.layer_partition = {list(partition)!r}: must give p = "
+                raise SpecError(f"{here}.layer_partition = {short_repr(list(partition))}: must give p = "
                                 f"{values['p']} stages summing to {layers} layers")
         result[name] = Baseline(name=name, num_transformer_layers=count, layer_partition=partition,
                                 **values)
@@ -394,11 +406,11 @@ def load_instance(path, *, boundary: str = "chain", seq_len: int | None = None) 
                               source=f"NEST artifact instance {file.name}")
     algorithm = data.get("optimizerAlgorithm", "SGD")
     if algorithm not in ("SGD", "Adam"):
-        raise SpecError(f"{where}.optimizerAlgorithm = {algorithm!r}: must be SGD or Adam")
+        raise SpecError(f"{where}.optimizerAlgorithm = {short_repr(algorithm)}: must be SGD or Adam")
     if seq_len is None:
         seq_len = ARTIFACT_SEQ_LEN.get(model)
     elif not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len <= 0:
-        raise SpecError(f"seq_len = {seq_len!r}: must be a positive integer")
+        raise SpecError(f"seq_len = {short_repr(seq_len)}: must be a positive integer")
     return NestInstance(
         name=name, profile=profile, node_ids=ids, edges=edges, cluster=cluster, max_devices=devices,
         micro_batch=micro_batch, mbs_in_batch=mbs_in_batch, ep_degree=ep, cp_degree=cp,

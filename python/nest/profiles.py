@@ -17,7 +17,10 @@ several micro-batch sizes), every node of the layer graph in execution order wit
 
 Times are measured with tensor parallelism running, so they include the TP
 collectives (``tp_comm_s`` is 0). Every measurement must list the same nodes in the
-same order. Units are SI (seconds, bytes); values must be finite and >= 0.
+same order. Units are SI (seconds, bytes); values must be finite and >= 0, and below
+:data:`LIMITS` (an hour per node, a pebibyte, 10^24 FLOPs, TP and micro-batch 2^20,
+:data:`MAX_NODES` nodes): far beyond any real layer, and low enough that the stage DP's
+integer picoseconds and bytes cannot overflow.
 
 JSON::
 
@@ -60,13 +63,34 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import SpecError
+from .errors import SpecError, short_repr
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 
 REQUIRED = ("name", "forward_s", "backward_s", "param_bytes", "activation_bytes", "output_bytes")
 OPTIONAL = ("flops", "selective_recompute_s", "selective_activation_bytes")
 _NUMBERS = REQUIRED[1:] + OPTIONAL
+
+MAX_SECONDS = 3600.0
+"""Largest time of one node and micro-batch (an hour; real layers take milliseconds).
+Bounding it keeps every stage time, times the micro-batch count, inside int64 picoseconds."""
+
+MAX_BYTES = float(2**50)
+"""Largest byte count of one node (a pebibyte): int64 sums over nodes cannot overflow."""
+
+MAX_FLOPS = 1e24
+"""Largest FLOP count of one node and micro-batch."""
+
+MAX_DEGREE = 2**20
+"""Largest TP degree and micro-batch size a profile may list."""
+
+MAX_NODES = 100_000
+"""Most nodes a layer graph may have (real models have hundreds)."""
+
+LIMITS = {"forward_s": MAX_SECONDS, "backward_s": MAX_SECONDS, "selective_recompute_s": MAX_SECONDS,
+          "param_bytes": MAX_BYTES, "activation_bytes": MAX_BYTES, "output_bytes": MAX_BYTES,
+          "selective_activation_bytes": MAX_BYTES, "flops": MAX_FLOPS}
+"""Upper bound of every numeric node field (inclusive)."""
 
 
 @dataclass(frozen=True)
@@ -122,24 +146,34 @@ def _label(tp: int, micro_batch: int) -> str:
     return f"profile tp={tp} micro_batch={micro_batch}"
 
 
-def _positive_int(value, what: str) -> int:
+def _positive_int(value, what: str, maximum: int = MAX_DEGREE) -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise SpecError(f"{what} = {value!r}: must be a positive integer")
+        raise SpecError(f"{what} = {short_repr(value)}: must be a positive integer")
+    if value > maximum:
+        raise SpecError(f"{what} = {short_repr(value)}: must be at most {maximum}")
     return value
 
 
-def _number(value, what: str, from_text: bool = False) -> float:
+def _number(value, what: str, from_text: bool = False, maximum: float = math.inf) -> float:
     if isinstance(value, str) and from_text:
         try:
             value = float(value)
         except ValueError:
-            raise SpecError(f"{what} = {value!r}: must be a finite number >= 0") from None
+            raise SpecError(f"{what} = {short_repr(value)}: must be a finite number >= 0") from None
     if (not isinstance(value, (int, float)) or isinstance(value, bool)
             or not math.isfinite(value) or value < 0):
-        raise SpecError(f"{what} = {value!r}: must be a finite number >= 0")
+        raise SpecError(f"{what} = {short_repr(value)}: must be a finite number >= 0")
+    if value > maximum:
+        raise SpecError(f"{what} = {short_repr(value)}: must be at most {maximum:g}")
     return float(value)
+
+
+def check_value(key: str, value: float, what: str) -> float:
+    """``value`` of node field ``key`` if it is within :data:`LIMITS`, else SpecError
+    ``"<what> = <value>: must be at most <limit>"`` (for loaders that convert units first)."""
+    return _number(value, what, maximum=LIMITS[key])
 
 
 def node_measurement(data: dict, where: str, from_text: bool = False) -> NodeMeasurement:
@@ -148,15 +182,16 @@ def node_measurement(data: dict, where: str, from_text: bool = False) -> NodeMea
     ``from_text``: the values are strings to parse (CSV); otherwise they must be numbers.
     """
     if not isinstance(data, dict):
-        raise SpecError(f"{where} = {data!r}: must be a mapping")
+        raise SpecError(f"{where} = {short_repr(data)}: must be a mapping")
     unknown = sorted(set(data) - set(REQUIRED) - set(OPTIONAL))
     if unknown:
-        raise SpecError(f"{where}.{unknown[0]} = {data[unknown[0]]!r}: unknown field "
+        raise SpecError(f"{where}.{unknown[0]} = {short_repr(data[unknown[0]])}: unknown field "
                         f"(known: {', '.join(REQUIRED + OPTIONAL)})")
     name = data.get("name")
-    if not isinstance(name, str) or not name:
-        raise SpecError(f"{where}.name = {name!r}: must be a non-empty string")
-    where = f"{where} node {name!r}"
+    # printable: node names end up in reports and launcher arguments (no NUL, no newlines)
+    if not isinstance(name, str) or not name or not name.isprintable():
+        raise SpecError(f"{where}.name = {short_repr(name)}: must be a non-empty printable string")
+    where = f"{where} node {short_repr(name)}"
     values = {}
     for key in _NUMBERS:
         value = data.get(key)
@@ -164,7 +199,7 @@ def node_measurement(data: dict, where: str, from_text: bool = False) -> NodeMea
             if key in REQUIRED:
                 raise SpecError(f"{where}: {key} missing")
             continue
-        values[key] = _number(value, f"{where}: {key}", from_text)
+        values[key] = _number(value, f"{where}: {key}", from_text, LIMITS[key])
     return NodeMeasurement(name=name, **values)
 
 
@@ -180,7 +215,7 @@ class MeasuredProfile:
         measurements = tuple(sorted(self.measurements, key=lambda m: (m.tp, m.micro_batch)))
         object.__setattr__(self, "measurements", measurements)
         if not measurements:
-            raise SpecError(f"profile {self.name!r}: no measurements")
+            raise SpecError(f"profile {short_repr(self.name)}: no measurements")
         seen = set()
         reference = None
         for m in measurements:
@@ -193,9 +228,11 @@ class MeasuredProfile:
             names = [n.name for n in m.nodes]
             if not names:
                 raise SpecError(f"{label}: no nodes")
+            if len(names) > MAX_NODES:
+                raise SpecError(f"{label}: nodes = {len(names)}: at most {MAX_NODES} supported")
             duplicates = sorted({n for n in names if names.count(n) > 1})
             if duplicates:
-                raise SpecError(f"{label}: node name {duplicates[0]!r} appears twice")
+                raise SpecError(f"{label}: node name {short_repr(duplicates[0])} appears twice")
             if reference is None:
                 reference = (label, names)
             elif names != reference[1]:
@@ -229,7 +266,7 @@ class MeasuredProfile:
         _positive_int(micro_batch, "micro_batch")
         sizes = self.micro_batches(tp)
         if not sizes:
-            raise SpecError(f"tp = {tp!r}: not measured in profile {self.name!r} "
+            raise SpecError(f"tp = {short_repr(tp)}: not measured in profile {short_repr(self.name)} "
                             f"(measured: {', '.join(map(str, self.tp_degrees))})")
         below = [m for m in sizes if m <= micro_batch]
         base = below[-1] if below else sizes[0]
@@ -245,7 +282,7 @@ class MeasuredProfile:
         """
         _positive_int(dtype_bytes_param, "dtype_bytes_param")
         if recompute not in RECOMPUTE_MODES:
-            raise SpecError(f"recompute = {recompute!r}: must be one of {', '.join(RECOMPUTE_MODES)}")
+            raise SpecError(f"recompute = {short_repr(recompute)}: must be one of {', '.join(RECOMPUTE_MODES)}")
         measured, scale = self.measurement(tp, micro_batch)
         costs, previous_out = [], 0.0
         for node in measured.nodes:
@@ -282,60 +319,67 @@ class MeasuredProfile:
 def _diff(names: list[str], reference: list[str]) -> str:
     for i, (a, b) in enumerate(zip(names, reference)):
         if a != b:
-            return f"(#{i} is {a!r}, expected {b!r})"
+            return f"(#{i} is {short_repr(a)}, expected {short_repr(b)})"
     return f"(count {len(names)}, expected {len(reference)})"
 
 
 def profile_from_dict(data: dict, name: str = "profile") -> MeasuredProfile:
     """A :class:`MeasuredProfile` from the JSON format's mapping."""
     if not isinstance(data, dict):
-        raise SpecError(f"profile = {data!r}: must be a JSON object")
+        raise SpecError(f"profile = {short_repr(data)}: must be a JSON object")
     unknown = sorted(set(data) - {"name", "source", "measurements"})
     if unknown:
-        raise SpecError(f"profile.{unknown[0]} = {data[unknown[0]]!r}: unknown key "
+        raise SpecError(f"profile.{unknown[0]} = {short_repr(data[unknown[0]])}: unknown key "
                         "(known: name, source, measurements)")
     entries = data.get("measurements")
     if not isinstance(entries, list) or not entries:
-        raise SpecError(f"profile.measurements = {entries!r}: must be a non-empty list")
+        raise SpecError(f"profile.measurements = {short_repr(entries)}: must be a non-empty list")
     measurements = []
     for i, entry in enumerate(entries):
         where = f"profile.measurements[{i}]"
         if not isinstance(entry, dict):
-            raise SpecError(f"{where} = {entry!r}: must be a mapping")
+            raise SpecError(f"{where} = {short_repr(entry)}: must be a mapping")
         extra = sorted(set(entry) - {"tp", "micro_batch", "nodes"})
         if extra:
-            raise SpecError(f"{where}.{extra[0]} = {entry[extra[0]]!r}: unknown key "
+            raise SpecError(f"{where}.{extra[0]} = {short_repr(entry[extra[0]])}: unknown key "
                             "(known: tp, micro_batch, nodes)")
         tp = _positive_int(entry.get("tp"), f"{where}.tp")
         mb = _positive_int(entry.get("micro_batch", 1), f"{where}.micro_batch")
         nodes = entry.get("nodes")
         if not isinstance(nodes, list) or not nodes:
-            raise SpecError(f"{where}.nodes = {nodes!r}: must be a non-empty list")
+            raise SpecError(f"{where}.nodes = {short_repr(nodes)}: must be a non-empty list")
         label = _label(tp, mb)
         measurements.append(Measurement(tp, mb, tuple(
             node_measurement(node, f"{label} nodes[{j}]") for j, node in enumerate(nodes))))
     profile_name = data.get("name", name)
     if not isinstance(profile_name, str) or not profile_name:
-        raise SpecError(f"profile.name = {profile_name!r}: must be a non-empty string")
+        raise SpecError(f"profile.name = {short_repr(profile_name)}: must be a non-empty string")
     return MeasuredProfile(name=profile_name, measurements=tuple(measurements),
                            source=str(data.get("source", "")))
 
 
+def _csv_row(line: str, number: int) -> list[str]:
+    try:
+        return next(csv.reader([line]))
+    except csv.Error as error:  # NUL bytes, fields beyond csv.field_size_limit()
+        raise SpecError(f"profile CSV line {number}: {error}") from None
+
+
 def _from_csv(text: str, name: str) -> MeasuredProfile:
-    rows = [(number, next(csv.reader([line]))) for number, line in enumerate(text.splitlines(), 1)
+    rows = [(number, _csv_row(line, number)) for number, line in enumerate(text.splitlines(), 1)
             if line.strip() and not line.lstrip().startswith("#")]
     if not rows:
-        raise SpecError(f"profile {name!r}: empty CSV")
+        raise SpecError(f"profile {short_repr(name)}: empty CSV")
     header = [h.strip() for h in rows[0][1]]
     known = ("tp", "micro_batch") + REQUIRED + OPTIONAL
     for column in header:
         if column not in known:
-            raise SpecError(f"profile CSV column {column!r}: unknown (known: {', '.join(known)})")
+            raise SpecError(f"profile CSV column {short_repr(column)}: unknown (known: {', '.join(known)})")
     if len(set(header)) != len(header):
-        raise SpecError(f"profile CSV header {header!r}: a column appears twice")
+        raise SpecError(f"profile CSV header {short_repr(header)}: a column appears twice")
     for column in ("tp",) + REQUIRED:
         if column not in header:
-            raise SpecError(f"profile CSV column {column!r}: missing")
+            raise SpecError(f"profile CSV column {short_repr(column)}: missing")
     groups: dict[tuple[int, int], list[NodeMeasurement]] = {}
     order: list[tuple[int, int]] = []
     for line, row in rows[1:]:
@@ -351,7 +395,7 @@ def _from_csv(text: str, name: str) -> MeasuredProfile:
             order.append(key)
         groups[key].append(node_measurement(fields, f"{_label(tp, mb)} line {line}", from_text=True))
     if not order:
-        raise SpecError(f"profile {name!r}: CSV has no rows")
+        raise SpecError(f"profile {short_repr(name)}: CSV has no rows")
     return MeasuredProfile(name=name, measurements=tuple(
         Measurement(tp, mb, tuple(groups[(tp, mb)])) for tp, mb in order))
 
@@ -360,7 +404,7 @@ def _csv_int(text: str, what: str) -> int:
     try:
         value = float(text)
     except ValueError:
-        raise SpecError(f"{what} = {text!r}: must be a positive integer") from None
+        raise SpecError(f"{what} = {short_repr(text)}: must be a positive integer") from None
     return _positive_int(value, what)
 
 
@@ -379,4 +423,6 @@ def load_profile(path) -> MeasuredProfile:
         data = json.loads(text)
     except json.JSONDecodeError as error:
         raise SpecError(f"profile = {str(path)!r}: not JSON: {str(error).splitlines()[0]}") from None
+    except RecursionError:  # arrays nested deeper than the interpreter's recursion limit
+        raise SpecError(f"profile = {str(path)!r}: not JSON: nested too deeply") from None
     return profile_from_dict(data, file.stem)

@@ -74,13 +74,17 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .errors import InfeasibleError, SpecError
+from .errors import InfeasibleError, SpecError, short_repr
 
 GiB = 2**30
 
 _GRID_KEYS = {"models", "clusters", "bandwidth_multipliers", "oversubscription", "memory_GiB",
               "jobs", "price_per_device_hour", "plot", "name"}
 _JOB_KEYS = {"global_batch", "seq_len", "dtype"}
+
+MAX_SCENARIOS = 1_000_000
+"""Most scenarios one grid may expand to (a million plans is hours of CPU; beyond that a
+typo in an axis is far likelier than intent)."""
 
 PLAN_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vp", "sp", "zero", "recompute", "micro_batch",
                "num_microbatches", "rank_order")
@@ -112,7 +116,7 @@ def _as_list(value, field: str, *, allow_none=False) -> list:
 def _number(value, field: str, *, integer=False):
     ok = (isinstance(value, int) if integer else isinstance(value, (int, float)))
     if not ok or isinstance(value, bool) or not value > 0 or not math.isfinite(value):
-        raise SpecError(f"{field} = {value!r}: must be a positive {'integer' if integer else 'number'}")
+        raise SpecError(f"{field} = {short_repr(value)}: must be a positive {'integer' if integer else 'number'}")
     return value
 
 
@@ -146,17 +150,18 @@ def expand_grid(grid) -> list[Scenario]:
     base = Path(data.pop("__base__")) if "__base__" in data else None
     unknown = sorted(set(data) - _GRID_KEYS)
     if unknown:
-        raise SpecError(f"grid.{unknown[0]} = {data[unknown[0]]!r}: unknown key "
+        raise SpecError(f"grid.{unknown[0]} = {short_repr(data[unknown[0]])}: unknown key "
                         f"(known: {', '.join(sorted(_GRID_KEYS))})")
     if "models" not in data:
         raise SpecError("grid.models: missing")
     if "clusters" not in data:
         raise SpecError("grid.clusters: missing")
+    _check_size(data)
 
     models = []
     for i, name in enumerate(_as_list(data["models"], "grid.models")):
         if not isinstance(name, str):
-            raise SpecError(f"grid.models[{i}] = {name!r}: must be a preset name or a file path")
+            raise SpecError(f"grid.models[{i}] = {short_repr(name)}: must be a preset name or a file path")
         name = _resolve(name, base)
         try:
             load_model(name)
@@ -170,13 +175,14 @@ def expand_grid(grid) -> list[Scenario]:
         if isinstance(entry, str):
             entry = {"cluster": entry}
         if not isinstance(entry, dict) or "cluster" not in entry:
-            raise SpecError(f"{where} = {entry!r}: must be a name or {{cluster: NAME, devices: [...]}}")
+            raise SpecError(f"{where} = {short_repr(entry)}: must be a name or {{cluster: NAME, devices: [...]}}")
         extra = sorted(set(entry) - {"cluster", "devices"})
         if extra:
-            raise SpecError(f"{where}.{extra[0]} = {entry[extra[0]]!r}: unknown key (known: cluster, devices)")
+            raise SpecError(f"{where}.{extra[0]} = {short_repr(entry[extra[0]])}: unknown key "
+                            "(known: cluster, devices)")
         name = entry["cluster"]
         if not isinstance(name, str):
-            raise SpecError(f"{where}.cluster = {name!r}: must be a preset name or a file path")
+            raise SpecError(f"{where}.cluster = {short_repr(name)}: must be a preset name or a file path")
         name = _resolve(name, base)
         devices = _as_list(entry.get("devices"), f"{where}.devices", allow_none=True)
         for j, n in enumerate(devices):
@@ -193,7 +199,7 @@ def expand_grid(grid) -> list[Scenario]:
     def per_tier(key):
         table = data.get(key) or {}
         if not isinstance(table, dict):
-            raise SpecError(f"grid.{key} = {table!r}: must map tier names to lists of values")
+            raise SpecError(f"grid.{key} = {short_repr(table)}: must map tier names to lists of values")
         axes = []
         for tier, values in table.items():
             if not any(tier in family for *_, family in clusters):
@@ -204,39 +210,45 @@ def expand_grid(grid) -> list[Scenario]:
             for j, v in enumerate(values):
                 _number(v, f"grid.{key}.{tier}[{j}]")
                 if key == "oversubscription" and v < 1:
-                    raise SpecError(f"grid.{key}.{tier}[{j}] = {v!r}: must be >= 1")
+                    raise SpecError(f"grid.{key}.{tier}[{j}] = {short_repr(v)}: must be >= 1")
             axes.append([(str(tier), v) for v in values])
+        return axes
+
+    def product(axes):
         return [dict(combo) for combo in itertools.product(*axes)] if axes else [{}]
 
-    bandwidths = per_tier("bandwidth_multipliers")
-    oversubs = per_tier("oversubscription")
+    bandwidth_axes = per_tier("bandwidth_multipliers")
+    oversub_axes = per_tier("oversubscription")
     memories = _as_list(data.get("memory_GiB"), "grid.memory_GiB", allow_none=True)
+    jobs_given = _as_list(data.get("jobs"), "grid.jobs", allow_none=True)
+    bandwidths = product(bandwidth_axes)
+    oversubs = product(oversub_axes)
     for j, v in enumerate(memories):
         if v is not None:
             _number(v, f"grid.memory_GiB[{j}]")
     jobs = []
-    for j, job in enumerate(_as_list(data.get("jobs"), "grid.jobs", allow_none=True)):
+    for j, job in enumerate(jobs_given):
         if job is None:
             jobs.append(None)
             continue
         if not isinstance(job, dict):
-            raise SpecError(f"grid.jobs[{j}] = {job!r}: must be a mapping {{global_batch, seq_len}}")
+            raise SpecError(f"grid.jobs[{j}] = {short_repr(job)}: must be a mapping {{global_batch, seq_len}}")
         extra = sorted(set(job) - _JOB_KEYS)
         if extra:
-            raise SpecError(f"grid.jobs[{j}].{extra[0]} = {job[extra[0]]!r}: unknown key "
+            raise SpecError(f"grid.jobs[{j}].{extra[0]} = {short_repr(job[extra[0]])}: unknown key "
                             f"(known: {', '.join(sorted(_JOB_KEYS))})")
         for key in ("global_batch", "seq_len"):
             if key in job:
                 _number(job[key], f"grid.jobs[{j}].{key}", integer=True)
         if "dtype" in job and job["dtype"] not in ("bf16", "fp16", "fp8", "fp32"):
-            raise SpecError(f"grid.jobs[{j}].dtype = {job['dtype']!r}: must be one of bf16, fp16, fp8, fp32")
+            raise SpecError(f"grid.jobs[{j}].dtype = {short_repr(job['dtype'])}: must be one of bf16, fp16, fp8, fp32")
         jobs.append({k: job[k] for k in sorted(job)})
     price = data.get("price_per_device_hour")
     if price is not None:
         _number(price, "grid.price_per_device_hour")
     plot = data.get("plot")
     if plot is not None and (not isinstance(plot, dict) or set(plot) - {"x", "y"}):
-        raise SpecError(f"grid.plot = {plot!r}: must be a mapping with keys x and/or y")
+        raise SpecError(f"grid.plot = {short_repr(plot)}: must be a mapping with keys x and/or y")
 
     scenarios, seen = [], set()
     for model, (cluster, devices, tiers, _), bw, ov, mem, job in itertools.product(
@@ -253,6 +265,26 @@ def expand_grid(grid) -> list[Scenario]:
         seen.add(key)
         scenarios.append(Scenario(key, len(scenarios), params))
     return scenarios
+
+
+def _check_size(data: dict) -> None:
+    """SpecError if the grid's axes multiply to more than :data:`MAX_SCENARIOS`; counted
+    from the raw lists before any model or cluster is loaded or any product is built (a
+    few long axes multiply to more scenarios than memory holds). Malformed axes count
+    as one value: their own validation reports them."""
+    def length(value) -> int:
+        return len(value) if isinstance(value, list) else 1
+
+    clusters = data["clusters"] if isinstance(data["clusters"], list) else [data["clusters"]]
+    count = length(data["models"]) * length(data.get("memory_GiB")) * length(data.get("jobs"))
+    count *= sum(length(c.get("devices")) if isinstance(c, dict) else 1 for c in clusters)
+    for key in ("bandwidth_multipliers", "oversubscription"):
+        table = data.get(key)
+        if isinstance(table, dict):
+            count *= math.prod(length(values) for values in table.values())
+    if count > MAX_SCENARIOS:
+        raise SpecError(f"grid scenarios = {count}: at most {MAX_SCENARIOS} per grid (the product of "
+                        "models, clusters x devices, per-tier values, memory_GiB and jobs); split the grid")
 
 
 def scenario_id(params: dict) -> str:
@@ -587,9 +619,9 @@ def run_sweep(grid_path, out_path, *, scheduler: str | None = None, dask_local: 
     if scheduler is not None and dask_local is not None:
         raise SpecError("dask_local: give either a scheduler address or a local Dask cluster size, not both")
     if dask_local is not None and (not isinstance(dask_local, int) or dask_local < 1):
-        raise SpecError(f"dask_local = {dask_local!r}: must be a positive integer")
+        raise SpecError(f"dask_local = {short_repr(dask_local)}: must be a positive integer")
     if workers is not None and (not isinstance(workers, int) or workers < 1):
-        raise SpecError(f"workers = {workers!r}: must be a positive integer")
+        raise SpecError(f"workers = {short_repr(workers)}: must be a positive integer")
     scenarios = expand_grid(grid_path)
     options = grid_options(grid_path)
     journal = journal_path(out)
