@@ -47,7 +47,7 @@ from pathlib import Path
 
 import yaml
 
-from .errors import SpecError
+from .errors import SpecError, short_repr
 from .presets.clusters import CLUSTERS, GRAPH_CLUSTERS
 from .presets.devices import DEVICES
 from .presets.models import MODELS
@@ -62,15 +62,15 @@ def read_spec_file(path: str, what: str) -> dict:
     """Parse a JSON or YAML mapping, SpecError naming the file on any failure."""
     file = Path(path)
     if not file.is_file():
-        raise SpecError(f"{what} = {path!r}: no such file")
+        raise SpecError(f"{what} = {short_repr(path)}: no such file")
     try:
         text = file.read_text()
         data = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as error:
+    except (OSError, UnicodeDecodeError, RecursionError, json.JSONDecodeError, yaml.YAMLError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise SpecError(f"{what} = {path!r}: cannot parse: {reason}") from None
+        raise SpecError(f"{what} = {short_repr(path)}: cannot parse: {reason}") from None
     if not isinstance(data, dict):
-        raise SpecError(f"{what} = {path!r}: must contain a mapping, got {type(data).__name__}")
+        raise SpecError(f"{what} = {short_repr(path)}: must contain a mapping, got {type(data).__name__}")
     return data
 
 
@@ -78,20 +78,20 @@ def read_json_object(path, what: str) -> dict:
     """Parse a JSON file holding an object; SpecError naming ``what`` and the file otherwise."""
     file = Path(path)
     if not file.is_file():
-        raise SpecError(f"{what} = {str(path)!r}: no such file")
+        raise SpecError(f"{what} = {short_repr(str(path))}: no such file")
     try:
         data = json.loads(file.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError, RecursionError, json.JSONDecodeError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise SpecError(f"{what} = {str(path)!r}: not JSON: {reason}") from None
+        raise SpecError(f"{what} = {short_repr(str(path))}: not JSON: {reason}") from None
     if not isinstance(data, dict):
-        raise SpecError(f"{what} = {str(path)!r}: must hold a JSON object, got {type(data).__name__}")
+        raise SpecError(f"{what} = {short_repr(str(path))}: must hold a JSON object, got {type(data).__name__}")
     return data
 
 
 def _preset(table: dict, name: str, what: str):
     if name not in table:
-        raise SpecError(f"{what} = {name!r}: unknown preset (known: {', '.join(sorted(table))})")
+        raise SpecError(f"{what} = {short_repr(name)}: unknown preset (known: {', '.join(sorted(table))})")
     return table[name]
 
 
@@ -124,11 +124,11 @@ def _with_base(table: dict, cls, data: dict, what: str):
     if base is None:
         return from_mapping(cls, data, what)
     if not isinstance(base, str):
-        raise SpecError(f"{what}.base = {base!r}: must be a preset name")
+        raise SpecError(f"{what}.base = {short_repr(base)}: must be a preset name")
     preset = _preset(table, base, f"{what}.base")
     unknown = sorted(set(data) - field_names(cls))
     if unknown:
-        raise SpecError(f"{what}.{unknown[0]} = {data[unknown[0]]!r}: unknown key")
+        raise SpecError(f"{what}.{unknown[0]} = {short_repr(data[unknown[0]])}: unknown key")
     try:
         return replace(preset, **data)
     except TypeError as error:
@@ -156,10 +156,12 @@ def _convert_units(data: dict, units: dict, what: str) -> dict:
         if key in units:
             target, factor = units[key]
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-                raise SpecError(f"{what}.{key} = {value!r}: must be a finite number")
+                raise SpecError(f"{what}.{key} = {short_repr(value)}: must be a finite number")
             if target in converted:
-                raise SpecError(f"{what}.{key} = {value!r}: {target} is given twice")
+                raise SpecError(f"{what}.{key} = {short_repr(value)}: {target} is given twice")
             converted[target] = value * factor
+            if not math.isfinite(converted[target]):  # e.g. 1e308 GiB
+                raise SpecError(f"{what}.{key} = {short_repr(value)}: too large")
         else:
             converted[key] = value
     return converted
@@ -168,7 +170,7 @@ def _convert_units(data: dict, units: dict, what: str) -> dict:
 def device_from_mapping(data: dict, what: str = "device") -> DeviceSpec:
     """A device from a file mapping (unit-suffixed keys, optional ``base`` preset)."""
     if not isinstance(data, dict):
-        raise SpecError(f"{what} = {data!r}: must be a preset name or a mapping")
+        raise SpecError(f"{what} = {short_repr(data)}: must be a preset name or a mapping")
     return _with_base(DEVICES, DeviceSpec, _convert_units(data, _DEVICE_UNITS, what), what)
 
 
@@ -242,29 +244,31 @@ def cluster_from_mapping(data: dict, base: Path | None = None) -> ClusterSpec:
     known = {"name", "device", "tiers", "graph", "source"}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise SpecError(f"cluster.{unknown[0]} = {data[unknown[0]]!r}: unknown key "
+        raise SpecError(f"cluster.{unknown[0]} = {short_repr(data[unknown[0]])}: unknown key "
                         f"(known: {', '.join(sorted(known))})")
     if "tiers" in data and "graph" in data:
-        raise SpecError(f"cluster.graph = {data['graph']!r}: give tiers or a graph, not both")
+        raise SpecError(f"cluster.graph = {short_repr(data['graph'])}: give tiers or a graph, not both")
     for key in ("name", "device", "graph" if "graph" in data else "tiers"):
         if key not in data:
             raise SpecError(f"cluster.{key}: missing")
+    if not isinstance(data["name"], str) or not data["name"]:
+        raise SpecError(f"cluster.name = {short_repr(data['name'])}: must be a non-empty string")
     device = data["device"]
     device = load_device(device) if isinstance(device, str) else device_from_mapping(device, "cluster.device")
     if "graph" in data:
         path = data["graph"]
         if not isinstance(path, str):
-            raise SpecError(f"cluster.graph = {path!r}: must be a graph file path")
+            raise SpecError(f"cluster.graph = {short_repr(path)}: must be a graph file path")
         path = Path(path) if base is None or Path(path).is_absolute() else base / path
         return graph_cluster_from_file(path, device, name=str(data["name"]))
     tiers = data["tiers"]
     if not isinstance(tiers, list) or not tiers:
-        raise SpecError(f"cluster.tiers = {tiers!r}: must be a non-empty list")
+        raise SpecError(f"cluster.tiers = {short_repr(tiers)}: must be a non-empty list")
     parsed = []
     for i, tier in enumerate(tiers):
         where = f"cluster.tiers[{i}]"
         if not isinstance(tier, dict):
-            raise SpecError(f"{where} = {tier!r}: must be a mapping")
+            raise SpecError(f"{where} = {short_repr(tier)}: must be a mapping")
         tier = _convert_units(tier, _TIER_UNITS, where)
         tier.setdefault("name", f"tier{i}")
         parsed.append(from_mapping(Tier, tier, where))

@@ -146,8 +146,10 @@ class PartialSpace:
         self.stride_tp = self.stride_sp * 2
         batch_pos = {b: i for i, b in enumerate(batches)}
         self.pps = np.array(limits.pp or tuple(range(1, num_nodes + 1)), dtype=np.int64)
-        # An uneven batch admits every data-parallel degree the devices allow.
-        dps = range(1, cluster.num_devices + 1) if job.uneven_batch else divisors(job.global_batch)
+        # An uneven batch admits every data-parallel degree the devices allow, up to one
+        # sequence per replica (more replicas than sequences would idle).
+        dps = (range(1, min(cluster.num_devices, job.global_batch) + 1) if job.uneven_batch
+               else divisors(job.global_batch))
         self.dps = np.array(_allowed(dps, limits.dp), dtype=np.int64)
         self.vps = np.array(_allowed(VIRTUAL_STAGES, limits.vp), dtype=np.int64)
         self.cps, self.eps = np.array(cps, dtype=np.int64), np.array(eps, dtype=np.int64)

@@ -10,14 +10,28 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
-from .errors import SpecError, require
+from .errors import SpecError, require, short_repr
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 
-def _positive_int(name: str, value) -> None:
+# Upper limits far above any real model or cluster, low enough that every cost table
+# fits in int64 picoseconds and every enumeration stays small: hostile input gets a
+# one-line error instead of an overflow, a memory error or a hang.
+MAX_LAYERS = 10_000
+MAX_WIDTH = 2**20  # hidden sizes, head dimensions, low-rank ranks
+MAX_HEADS = 2**16  # attention heads, experts
+MAX_VOCAB = 2**32
+MAX_SEQ_LEN = 2**30
+MAX_TOKENS = 2**40  # global batch x sequence length
+MAX_DEVICES = 2**24
+
+
+def _positive_int(name: str, value, most: int | None = None) -> None:
     require(isinstance(value, int) and not isinstance(value, bool) and value > 0,
             name, value, "must be a positive integer")
+    if most is not None:
+        require(value <= most, name, value, f"must be at most {most}")
 
 
 def _positive_real(name: str, value) -> None:
@@ -84,14 +98,16 @@ class ModelSpec:
 
     def __post_init__(self):
         require(isinstance(self.name, str) and self.name, "model.name", self.name, "must be a non-empty string")
-        for name in ("num_layers", "hidden", "num_heads", "ffn_hidden", "vocab_size", "seq_len"):
-            _positive_int(f"model.{name}", getattr(self, name))
+        limits = {"num_layers": MAX_LAYERS, "hidden": MAX_WIDTH, "num_heads": MAX_HEADS,
+                  "ffn_hidden": MAX_WIDTH, "vocab_size": MAX_VOCAB, "seq_len": MAX_SEQ_LEN}
+        for name, most in limits.items():
+            _positive_int(f"model.{name}", getattr(self, name), most)
         if self.num_kv_heads == 0:
             object.__setattr__(self, "num_kv_heads", self.num_heads)
         if self.max_position == 0:
             object.__setattr__(self, "max_position", self.seq_len)
-        _positive_int("model.num_kv_heads", self.num_kv_heads)
-        _positive_int("model.max_position", self.max_position)
+        _positive_int("model.num_kv_heads", self.num_kv_heads, MAX_HEADS)
+        _positive_int("model.max_position", self.max_position, MAX_SEQ_LEN)
         require(isinstance(self.attention_head_dim, int) and self.attention_head_dim >= 0,
                 "model.attention_head_dim", self.attention_head_dim, "must be an integer >= 0")
         require(self.attention_head_dim or self.hidden % self.num_heads == 0, "model.hidden",
@@ -101,14 +117,19 @@ class ModelSpec:
         _choice("model.mlp", self.mlp, ("gelu", "swiglu"))
         _choice("model.norm", self.norm, ("layernorm", "rmsnorm"))
         _choice("model.position_embedding", self.position_embedding, ("learned", "rope"))
-        require(isinstance(self.type_vocab_size, int) and self.type_vocab_size >= 0,
-                "model.type_vocab_size", self.type_vocab_size, "must be an integer >= 0")
+        require(isinstance(self.type_vocab_size, int) and 0 <= self.type_vocab_size <= MAX_VOCAB,
+                "model.type_vocab_size", self.type_vocab_size, f"must be an integer between 0 and {MAX_VOCAB}")
+        require(isinstance(self.attention_head_dim, int) and self.attention_head_dim <= MAX_WIDTH,
+                "model.attention_head_dim", self.attention_head_dim, f"must be at most {MAX_WIDTH}")
         for name in ("num_experts", "experts_per_token", "moe_ffn_hidden", "num_shared_experts",
                      "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
                      "qk_nope_head_dim", "v_head_dim", "published_active_parameters"):
             value = getattr(self, name)
             require(isinstance(value, int) and not isinstance(value, bool) and value >= 0,
                     f"model.{name}", value, "must be an integer >= 0")
+            most = MAX_HEADS if name == "num_experts" else MAX_WIDTH
+            if name not in ("first_dense_layers", "published_active_parameters"):
+                require(value <= most, f"model.{name}", value, f"must be at most {most}")
         _positive_int("model.moe_layer_interval", self.moe_layer_interval)
         _non_negative_real("model.capacity_factor", self.capacity_factor)
         if self.num_experts:
@@ -199,7 +220,7 @@ class Tier:
     oversubscription: float = 1.0
 
     def __post_init__(self):
-        _positive_int(f"tier {self.name}.fanout", self.fanout)
+        _positive_int(f"tier {self.name}.fanout", self.fanout, MAX_DEVICES)
         _positive_real(f"tier {self.name}.bandwidth", self.bandwidth)
         _non_negative_real(f"tier {self.name}.latency", self.latency)
         _positive_real(f"tier {self.name}.oversubscription", self.oversubscription)
@@ -237,6 +258,8 @@ class ClusterSpec:
         require(len(self.tiers) > 0, "cluster.tiers", [], "needs at least one tier")
         names = [t.name for t in self.tiers]
         require(len(set(names)) == len(names), "cluster.tiers", names, "tier names must be unique")
+        require(self.num_devices <= MAX_DEVICES, "cluster.tiers", f"{self.num_devices} devices",
+                f"the fanouts must multiply to at most {MAX_DEVICES} devices")
         if self.graph is not None:
             require(len(self.device_order) == self.num_devices, "cluster.device_order",
                     f"{len(self.device_order)} devices",
@@ -312,8 +335,10 @@ class JobSpec:
     uneven_batch: bool = False
 
     def __post_init__(self):
-        _positive_int("job.global_batch", self.global_batch)
-        _positive_int("job.seq_len", self.seq_len)
+        _positive_int("job.global_batch", self.global_batch, MAX_TOKENS)
+        _positive_int("job.seq_len", self.seq_len, MAX_SEQ_LEN)
+        require(self.global_batch * self.seq_len <= MAX_TOKENS, "job.global_batch",
+                self.global_batch, f"times seq_len ({self.seq_len}) must be at most {MAX_TOKENS} tokens")
         _choice("job.dtype", self.dtype, tuple(DTYPE_BYTES))
         _non_negative_real("job.reserved_memory_bytes", self.reserved_memory_bytes)
 
@@ -338,10 +363,10 @@ def field_names(cls) -> set[str]:
 def from_mapping(cls, data: dict, where: str):
     """Build ``cls`` from a dict, rejecting unknown keys with a SpecError naming them."""
     if not isinstance(data, dict):
-        raise SpecError(f"{where} = {data!r}: must be a mapping")
+        raise SpecError(f"{where} = {short_repr(data)}: must be a mapping")
     unknown = sorted(set(data) - field_names(cls))
     if unknown:
-        raise SpecError(f"{where}.{unknown[0]} = {data[unknown[0]]!r}: unknown key "
+        raise SpecError(f"{where}.{unknown[0]} = {short_repr(data[unknown[0]])}: unknown key "
                         f"(known: {', '.join(sorted(field_names(cls)))})")
     try:
         return cls(**data)

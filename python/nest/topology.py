@@ -57,7 +57,7 @@ try:  # sparse shortest paths; the optional extra nest-planner[graphs]
 except ImportError as error:  # pragma: no cover - only without the extra
     raise ImportError("nest.topology needs scipy: pip install 'nest-planner[graphs]'") from error
 
-from .errors import SpecError
+from .errors import SpecError, short_repr
 from .specs import ClusterSpec
 
 GB = 1e9
@@ -87,11 +87,20 @@ def load_graph(path) -> nx.Graph:
             raise SpecError(f"topology = {str(path)!r}: not JSON: {exc.msg}") from None
         if not isinstance(data, dict):
             raise SpecError(f"topology = {str(path)!r}: must hold a node-link JSON object")
+        _check_records(data.get("nodes", []), "nodes", "id")
         _check_unique([n.get("id") for n in data.get("nodes", [])], "nodes.id")
         edges_key = "links" if "links" in data else "edges"
-        graph = nx.node_link_graph(data, edges=edges_key)
+        try:
+            graph = nx.node_link_graph(data, edges=edges_key)
+        except (KeyError, TypeError, ValueError, nx.NetworkXError) as exc:
+            raise SpecError(f"topology = {str(path)!r}: not node-link JSON: {type(exc).__name__} {exc}") from None
     elif suffix == ".graphml":
-        ids = [el.get("id") for el in _graphml_nodes(text)]
+        from xml.etree.ElementTree import ParseError
+
+        try:
+            ids = [el.get("id") for el in _graphml_nodes(text)]
+        except ParseError as exc:
+            raise SpecError(f"topology = {str(path)!r}: not GraphML: {exc}") from None
         _check_unique(ids, "node id")
         try:
             graph = nx.parse_graphml(text)
@@ -120,6 +129,17 @@ def _graphml_nodes(text: str):
     return [el for el in root.iter() if el.tag.endswith("}node") or el.tag == "node"]
 
 
+def _check_records(records, what: str, key: str | None = None) -> None:
+    """``records`` must be a list of mappings, each with ``key`` when one is given."""
+    if not isinstance(records, list):
+        raise SpecError(f"{what} = {short_repr(records)}: must be a list")
+    for i, record in enumerate(records):
+        if not isinstance(record, dict):
+            raise SpecError(f"{what}[{i}] = {short_repr(record)}: must be a mapping")
+        if key is not None and key not in record:
+            raise SpecError(f"{what}[{i}].{key}: missing")
+
+
 def _check_unique(ids, what: str) -> None:
     seen = set()
     for i in ids:
@@ -133,8 +153,10 @@ def _from_edge_list(data: dict) -> nx.Graph:
     if unknown:
         raise SpecError(f"topology key = {sorted(unknown)[0]!r}: unknown (expected nodes, links, name, device)")
     nodes = data.get("nodes") or []
+    _check_records(nodes, "nodes", "id")
     _check_unique([n.get("id") for n in nodes], "nodes.id")
     links = data.get("links") or []
+    _check_records(links, "links")
     directed = any("reverse_bandwidth_GBps" in e or "reverse_bandwidth" in e for e in links)
     graph = nx.DiGraph() if directed else nx.Graph()
     graph.graph.update({k: data[k] for k in ("name", "device") if k in data})
