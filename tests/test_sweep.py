@@ -109,6 +109,16 @@ def test_infeasible_and_invalid_scenarios_are_rows_with_a_reason():
     assert rows[1]["status"] in ("invalid", "infeasible") and rows[1]["reason"]
 
 
+def test_network_multipliers_on_a_graph_cluster_are_invalid_rows():
+    """A graph cluster is priced on its links: a bandwidth multiplier of one of its derived
+    tiers would change nothing, so the scenario is reported invalid instead."""
+    grid = {"models": ["llama2-7b"], "clusters": [{"cluster": "h100-fattree", "devices": [64]}],
+            "bandwidth_multipliers": {"level0": [1, 2]}}
+    rows = [run_scenario(s) for s in expand_grid(grid)]
+    assert [r["status"] for r in rows] == ["ok", "invalid"]
+    assert "tier clusters" in rows[1]["reason"]
+
+
 # -- journal, tables, resume ---------------------------------------------------------------
 
 

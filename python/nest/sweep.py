@@ -333,6 +333,10 @@ def build_inputs(params: dict):
     model = _model(params["model"])
     cluster = _cluster(params["cluster"], params["devices"])
     bw, ov = params.get("bandwidth", {}), params.get("oversubscription", {})
+    if cluster.is_graph and (any(v != 1.0 for v in bw.values()) or ov):
+        # a graph cluster is priced on its links; its tiers only describe the device order
+        raise SpecError(f"cluster = {cluster.name}: bandwidth multipliers and oversubscription apply to "
+                        "tier clusters; a graph cluster's links are in its graph file")
     tiers = tuple(replace(t, bandwidth=t.bandwidth * bw.get(t.name, 1.0),
                           oversubscription=ov.get(t.name, t.oversubscription)) for t in cluster.tiers)
     device = cluster.device
