@@ -34,6 +34,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -691,22 +692,14 @@ std::vector<Mutation> mutations() {
                  }});
     // Overflow.
     m.push_back({"time_ps INT64_MAX", kReject, [](Owned& o, Rng& rng) { any_of(o.time_ps, rng) = kMax; }});
-    m.push_back({"time_ps sum overflows", kReject, [](Owned& o, Rng&) {
-                     single_candidate(o, 3, 1);
-                     for (auto& x : o.time_ps.v) x = kMax / 2;
-                 }});
-    m.push_back({"params sum overflows", kReject, [](Owned& o, Rng&) {
-                     single_candidate(o, 3, 1);
-                     for (auto& x : o.params.v) x = kMax / 2;
-                 }});
-    m.push_back({"mem_params sum overflows", kReject, [](Owned& o, Rng&) {
-                     single_candidate(o, 3, 1);
-                     for (auto& x : o.mem_params.v) x = kMax / 2;
-                 }});
-    m.push_back({"act_bytes sum overflows", kReject, [](Owned& o, Rng&) {
-                     single_candidate(o, 3, 1);
-                     for (auto& x : o.act_bytes.v) x = kMax / 2;
-                 }});
+    const std::pair<const char*, Array<int64_t> Owned::*> summed[] = {
+        {"time_ps", &Owned::time_ps}, {"params", &Owned::params},
+        {"mem_params", &Owned::mem_params}, {"act_bytes", &Owned::act_bytes}};
+    for (const auto& [name, member] : summed)
+        m.push_back({std::string(name) + " sum overflows", kReject, [member = member](Owned& o, Rng&) {
+                         single_candidate(o, 3, 1);
+                         for (auto& x : (o.*member).v) x = kMax / 2;
+                     }});
     m.push_back({"send_ps near INT64_MAX", kReject, [](Owned& o, Rng&) {
                      single_candidate(o, 3, 2);
                      for (auto& x : o.send_ps.v) x = kMax / 2;
