@@ -14,7 +14,7 @@ are reported, never asserted (they depend on the machine).
 import pytest
 
 import nest
-from nest.planner import _coerce, search
+from nest.planner import coerce_inputs, search
 from nest.tables import Scenario
 
 CASES = [("mixtral-8x7b", "h100-spineleaf", 1024), ("deepseek-v3", "dgx-h100", 2048),
@@ -26,7 +26,7 @@ def test_plan_joint_space(benchmark, model, cluster, devices):
     spec = nest.load_cluster(cluster, devices=devices)
     benchmark.group = "plan over the joint space"
     plan = benchmark.pedantic(nest.plan, args=(model, spec), rounds=3, iterations=1, warmup_rounds=0)
-    outcome = search(Scenario(*_coerce(model, spec, None)))
+    outcome = search(Scenario(*coerce_inputs(model, spec, None)))
     benchmark.extra_info.update({
         "solve_time_s": plan.solve_time_s,
         "partial_candidates": outcome.partials,

@@ -54,12 +54,12 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from . import engine as engines
-from . import pipeline
+from . import diagnose, pipeline
 from .dp_problem import INF, INFEASIBLE, SOLVED, DPProblem, DPResult
 from .dp_reference import stage_details
 from .errors import InfeasibleError, SpecError
@@ -67,7 +67,7 @@ from .layout import DEFAULT_ORDER, parse_order
 from .loading import load_cluster, load_model
 from .result import Plan, build_plan
 from .space import (RANK_ORDERS, PartialChunk, Partials, PartialSpace, SpaceLimits, check_tp,
-                    enumerate_partials, expand, expand_arrays)
+                    enumerate_partials, expand_arrays)
 from .specs import ClusterSpec, JobSpec, ModelSpec
 from .tables import PS, Candidate, CandidateArrays, ConfigTable, Scenario, to_ps
 
@@ -402,7 +402,7 @@ def search(scn: Scenario, limits: SpaceLimits = SpaceLimits(), engine: str = "cp
     """Find the best candidate; InfeasibleError if nothing fits in memory."""
     space = PartialSpace(scn.model, scn.cluster, scn.job, scn.num_nodes, limits)
     if not len(space.configs):
-        raise InfeasibleError(_empty_space_message(scn, limits))
+        raise InfeasibleError(diagnose.empty_space_message(scn, limits))
     table = scn.config_table(space.configs, space.config_arrays)
     orders = _orders(limits)
     state = None
@@ -412,7 +412,7 @@ def search(scn: Scenario, limits: SpaceLimits = SpaceLimits(), engine: str = "cp
         # whose lb1 does not exceed the best objective.
         found = _Pass(scn, table, space, orders, low, INF if state is None else state.objective)
         if found.count == 0:
-            raise InfeasibleError(_empty_space_message(scn, limits))
+            raise InfeasibleError(diagnose.empty_space_message(scn, limits))
         if state is None:
             state = _Search(scn, table, found.partials, found.numbers, limits, engine, threads)
         else:
@@ -433,280 +433,11 @@ def search(scn: Scenario, limits: SpaceLimits = SpaceLimits(), engine: str = "cp
     if state.best is None:
         partials = enumerate_partials(scn.model, scn.cluster, scn.job, scn.num_nodes, limits)
         memory = _memory_bound(scn, table, partials)
-        raise InfeasibleError(_memory_message(scn, partials, _Bounds(None, memory), limits, engine, threads))
+        raise InfeasibleError(diagnose.memory_message(scn, partials, _Bounds(None, memory), limits, engine, threads))
     best = state.best
     best.evaluated, best.total, best.bounded, best.partials = (state.evaluated, state.priced, state.bounded,
                                                                found.count)
     return best
-
-
-def _memory_message(scn: Scenario, partials: Partials, bounds: _Bounds, limits: SpaceLimits,
-                    engine: str, threads: int | None) -> str:
-    """Why nothing fits, and the smallest changes that would fit.
-
-    The binding constraint is device memory: the message gives what the most frugal
-    plans need (and of what: weights and optimizer state, activations, the fixed
-    reserve), then the smallest changes found to fit -- more devices (the cluster grown
-    along its outermost tier), a restriction of the search lifted (recomputation, ZeRO,
-    micro-batch, ... when ``limits`` excluded them), devices with more memory. The
-    search itself already tried every micro-batch, recomputation and ZeRO stage the
-    limits allow.
-    """
-    capacity = scn.cluster.device.memory_bytes
-    frugal = np.argsort(bounds.memory, kind="stable")[:4]
-    cands = expand(partials, frugal, limits)
-    needs = [(_min_capacity(scn, c, engine, threads), i) for i, c in enumerate(cands)]
-    needed, i = min(needs)
-    c = cands[i]
-    searched = [name for name, field in (("micro-batch", "micro_batch"), ("recomputation", "recompute"),
-                                         ("ZeRO stage", "zero")) if getattr(limits, field) is None]
-    words = ", ".join(searched[:-1]) + " and " + searched[-1] if len(searched) > 1 else "".join(searched)
-    tried = f"; every {words} was searched" if searched else ""
-    # the same devices with a restriction lifted first, then more devices, then more memory
-    changes = _limit_changes(scn, limits, engine, threads) + _device_change(scn, limits, engine, threads)
-    changes.append(f"devices with at least {needed / GiB:.2f} GiB")
-    return (f"no plan fits in memory: the most memory-frugal plan needs {needed / GiB:.2f} GiB per "
-            f"device, {scn.cluster.device.name} has {capacity / GiB:.2f} GiB (most frugal "
-            f"configuration: tp={c.cfg.tp} cp={c.cfg.cp} ep={c.cfg.ep} pp={c.pp} dp={c.dp} "
-            f"zero={c.zero} micro_batch={c.cfg.micro_batch} recompute={c.cfg.recompute}; "
-            f"{_memory_parts(scn, c, needed, engine, threads)}{tried}); smallest changes that fit: "
-            + "; or ".join(changes))
-
-
-def _memory_parts(scn: Scenario, cand: Candidate, capacity: float, engine: str, threads: int | None) -> str:
-    """What fills the fullest stage of ``cand``'s best split at ``capacity``: parameter
-    state (weights, gradients, optimizer), activations in flight, the fixed part."""
-    problem = replace(_problem(scn, [cand]), capacity=capacity)
-    result = engines.solve(problem, engine, threads)
-    if result.best < 0:
-        return "no split"
-    ends = _ends(problem, result, 0)
-    stage = max(stage_details(problem, 0, ends), key=lambda d: d["memory_bytes"])
-    start = int(problem.pos_offset[0])
-    k = ends.index(stage["end"])
-    weights = float(problem.cand_mem_per_param[0]) * float(problem.mem_params[0, stage["start"]:stage["end"]].sum())
-    acts = float(problem.pos_inflight[start + k]) * float(problem.act_bytes[0, stage["start"]:stage["end"]].sum())
-    fixed = float(problem.cand_mem_fixed[0])
-    return (f"its fullest stage holds {weights / GiB:.2f} GiB of weights, gradients and optimizer state, "
-            f"{acts / GiB:.2f} GiB of activations and {fixed / GiB:.2f} GiB reserved and workspace")
-
-
-def _frugal_fit(scn: Scenario, limits: SpaceLimits, engine: str, threads: int | None) -> tuple[bool, float]:
-    """``(fits, bound)``: whether some plan of ``scn`` fits in memory, and the smallest
-    lower bound on any plan's memory. The cheap bound first, then the stage DP on the
-    candidates of the four most frugal partials (a sufficient test: a candidate with a
-    feasible split is a plan). Inputs the space or the source reject do not fit."""
-    try:
-        partials = enumerate_partials(scn.model, scn.cluster, scn.job, scn.num_nodes, limits)
-        if not len(partials):
-            return False, INF
-        table = scn.config_table(partials.configs, partials.config_arrays)
-        memory = _memory_bound(scn, table, partials)
-        bound = float(memory.min())
-        if bound > scn.cluster.device.memory_bytes:
-            return False, bound
-        cands = expand(partials, np.argsort(memory, kind="stable")[:4], limits)
-        return bool(cands) and engines.solve(_problem(scn, cands), engine, threads).best >= 0, bound
-    except SpecError:  # e.g. a measured profile lacks the TP degree a lifted limit allows
-        return False, INF
-
-
-def _resized(cluster: ClusterSpec, devices: int) -> ClusterSpec | None:
-    """``cluster`` with ``devices`` devices: a hierarchical preset re-sized by its own
-    rules, any other hierarchy grown along its outermost tier; None for graphs and for
-    counts the cluster cannot have."""
-    from .presets.clusters import CLUSTERS, GRAPH_CLUSTERS
-
-    if cluster.is_graph:
-        # a generated graph preset is rebuilt at the new size (graphs from files are not)
-        if cluster.name not in GRAPH_CLUSTERS or devices > MAX_SUGGESTED_GRAPH_DEVICES:
-            return None
-        try:
-            return replace(GRAPH_CLUSTERS[cluster.name].sized(devices), device=cluster.device)
-        except SpecError:
-            return None
-    template = CLUSTERS.get(cluster.name)
-    if template is not None:
-        try:
-            if template.sized(cluster.num_devices).tiers == cluster.tiers:
-                return replace(template.sized(devices), device=cluster.device)
-        except SpecError:
-            return None
-    outer = cluster.tiers[-1]
-    inner = cluster.num_devices // outer.fanout
-    if devices % inner:
-        return None
-    return replace(cluster, tiers=cluster.tiers[:-1] + (replace(outer, fanout=devices // inner),))
-
-
-MAX_GROWTH = 12
-"""Doublings of the device count tried when suggesting more devices (4096x)."""
-
-MAX_SUGGESTED_DEVICES = 2**16
-"""Largest device count the suggestion tries (enumerating huge spaces on an error path
-costs more than the answer is worth)."""
-
-MAX_SUGGESTED_GRAPH_DEVICES = 2**12
-"""The same for graph presets, whose networks are built and priced per size."""
-
-
-def _device_change(scn: Scenario, limits: SpaceLimits, engine: str, threads: int | None) -> list[str]:
-    """``["N devices"]`` for the smallest count found to fit (doubling the cluster, then
-    quarter steps between the last two sizes); ``[]`` when the cluster cannot be resized,
-    when the fixed memory alone exceeds the device, or when the memory bound stops
-    shrinking before a size fits (activations of one layer, not parameters, bind)."""
-    n = scn.cluster.num_devices
-    if scn.job.reserved_memory_bytes >= scn.cluster.device.memory_bytes:
-        return []
-
-    def fit(devices: int) -> tuple[bool, float]:
-        cluster = _resized(scn.cluster, devices)
-        if cluster is None:
-            return False, INF
-        return _frugal_fit(Scenario(scn.model, cluster, scn.job, scn.source), limits, engine, threads)
-
-    low, previous = n, _frugal_fit(scn, limits, engine, threads)[1]
-    for _ in range(MAX_GROWTH):
-        high = low * 2
-        if high > MAX_SUGGESTED_DEVICES:
-            break
-        fits, bound = fit(high)
-        if fits:
-            for step in (1, 2, 3):  # the smallest quarter step between low and high that fits
-                if (low * step) % 4 == 0 and fit(low + low * step // 4)[0]:
-                    high = low + low * step // 4
-                    break
-            return [f"{high} devices (the cluster has {n})"]
-        if bound != INF and previous != INF and bound >= 0.999 * previous:
-            break  # more devices no longer lower the memory bound
-        if bound != INF:
-            previous = bound
-        low = high
-    return []
-
-
-_LIFTABLE = (("recompute", "recomputation"), ("zero", "ZeRO stage"), ("micro_batch", "micro-batch"),
-             ("sp", "sequence parallelism"), ("tp", "tensor parallelism"), ("pp", "pipeline stages"),
-             ("cp", "context parallelism"), ("vp", "interleaving"), ("dp", "data parallelism"))
-
-
-def _limit_changes(scn: Scenario, limits: SpaceLimits, engine: str, threads: int | None) -> list[str]:
-    """Each restriction of the search whose removal alone makes some plan fit."""
-    changes = []
-    for field, label in _LIFTABLE:
-        if getattr(limits, field) is not None and _frugal_fit(scn, replace(limits, **{field: None}),
-                                                              engine, threads)[0]:
-            changes.append(f"allow any {label} (limited to {', '.join(map(str, getattr(limits, field)))})")
-    return changes
-
-
-def _empty_space_message(scn: Scenario, limits: SpaceLimits) -> str:
-    """No configuration at all (before memory): the binding constraint is the limits or
-    the device count and the batch."""
-    restricted = [f"{f}={','.join(map(str, v))}" for f, v in vars(limits).items() if v is not None]
-    why = (f" under the limits {' '.join(restricted)}; lift some of them" if restricted else
-           "; use more devices or a larger global batch")
-    return (f"no configuration of {scn.model.name} fits {scn.cluster.num_devices} devices with global "
-            f"batch {scn.job.global_batch}{why}")
-
-
-def _config_message(scn: Scenario, cand: Candidate, ends: list[int] | None, engine: str,
-                    threads: int | None) -> str:
-    """Why the fixed configuration ``cand`` (split at ``ends``, or its best split) does
-    not fit, and the smallest change of each kind that makes it fit, least disruptive
-    kind first: a higher ZeRO stage, recomputation, a smaller micro-batch, more pipeline
-    stages (the split searched; possibly on more devices), another split; else all of
-    the first three at once; always devices with more memory."""
-    device = scn.cluster.device
-    capacity = device.memory_bytes
-    if ends is None:
-        needed = _min_capacity(scn, cand, engine, threads)
-        head = (f"this configuration does not fit in memory: its best split needs {needed / GiB:.2f} GiB "
-                f"per device, {device.name} has {capacity / GiB:.2f} GiB")
-    else:
-        details = stage_details(_problem(scn, [cand]), 0, ends)
-        k, stage = next((k, d) for k, d in enumerate(details) if not d["fits"])
-        needed = max(d["memory_bytes"] for d in details)
-        head = (f"stage {k} (nodes {stage['start']}..{stage['end'] - 1}) needs {stage['memory_bytes'] / GiB:.2f} "
-                f"GiB per device, {device.name} has {capacity / GiB:.2f} GiB")
-    fitting, on_cluster = [], False
-    for options in _single_changes(scn, cand, ends is not None):
-        for label, changed, keep_split in options:  # weakest change of the kind first
-            need = _need(scn, changed, ends if keep_split else None, engine, threads)
-            if need <= capacity:
-                here = changed.devices <= scn.cluster.num_devices
-                fitting.append((not here, f"{label} ({need / GiB:.2f} GiB)"))
-                on_cluster = on_cluster or here
-                break
-    if ends is not None:
-        best = _min_capacity(scn, cand, engine, threads)
-        if best <= capacity:
-            fitting.append((False, f"another split (the most frugal needs {best / GiB:.2f} GiB)"))
-            on_cluster = True
-    if not on_cluster:  # no single change fits these devices: the frugal settings together
-        cfg = cand.cfg
-        zero = 3 if cand.dp * cfg.cp > 1 else cand.zero
-        for mb in dict.fromkeys((cfg.micro_batch, 1)):
-            frugal = replace(cand, zero=zero, cfg=replace(cfg, recompute="full", micro_batch=mb))
-            if frugal == cand:
-                continue
-            need = _need(scn, frugal, ends, engine, threads)
-            if need <= capacity:
-                parts = [f"zero={zero}"] * (zero != cand.zero) + ["recompute=full"] * (cfg.recompute != "full") \
-                    + [f"micro_batch={mb}"] * (mb != cfg.micro_batch)
-                fitting.append((False, f"{' with '.join(parts)} ({need / GiB:.2f} GiB)"))
-                break
-    # changes on the cluster's own devices first, then those needing more devices
-    changes = [text for _, text in sorted(fitting, key=lambda f: f[0])]
-    changes.append(f"devices with at least {needed / GiB:.2f} GiB")
-    return f"{head}; smallest changes that fit: " + "; or ".join(changes)
-
-
-def _need(scn: Scenario, cand: Candidate, ends: list[int] | None, engine: str, threads: int | None) -> float:
-    """Device memory ``cand`` needs: its best split's (``ends`` None) or that split's."""
-    if ends is None:
-        return _min_capacity(scn, cand, engine, threads)
-    return max(d["memory_bytes"] for d in stage_details(_problem(scn, [cand]), 0, ends))
-
-
-def _single_changes(scn: Scenario, cand: Candidate, fixed_split: bool) -> list[list[tuple]]:
-    """One-knob changes of ``cand`` that lower memory, by kind (least disruptive kind
-    first), each kind's options weakest first: ``(label, candidate, keeps the split)``.
-    Every option is a valid configuration (ZeRO needs data or context parallelism; a
-    divisor of the micro-batch keeps the batch divisible and the interleaving rule)."""
-    cfg = cand.cfg
-    kinds = []
-    if cand.dp * cfg.cp > 1:
-        kinds.append([(f"zero={z}", replace(cand, zero=z), True) for z in range(cand.zero + 1, 4)])
-    kinds.append([(f"recompute={r}", replace(cand, cfg=replace(cfg, recompute=r)), True)
-                  for r in ("selective", "full")[("none", "selective", "full").index(cfg.recompute):]
-                  if r != cfg.recompute])
-    kinds.append([(f"micro_batch={mb}", replace(cand, cfg=replace(cfg, micro_batch=mb)), True)
-                  for mb in range(cfg.micro_batch - 1, 0, -1) if cfg.micro_batch % mb == 0])
-    if not fixed_split:
-        stages = []
-        pp = cand.pp * 2
-        while pp * cand.vp <= scn.num_nodes:
-            devices = cfg.tp * cfg.cp * pp * cand.dp
-            more = f" on {devices} devices" if devices > scn.cluster.num_devices else ""
-            tied = scn.model.tied_embeddings and pp > 1
-            stages.append((f"pp={pp}{more}", replace(cand, pp=pp, cfg=replace(cfg, tied_copy=tied)), False))
-            pp *= 2
-        kinds.append(stages)
-    return [k for k in kinds if k]
-
-
-def _min_capacity(scn: Scenario, cand: Candidate, engine: str, threads: int | None) -> float:
-    """Smallest device memory at which ``cand`` has a feasible split (bisection)."""
-    problem = _problem(scn, [cand])
-    solvable = lambda cap: engines.solve(replace(problem, capacity=cap), engine, threads).best >= 0  # noqa: E731
-    lo, hi = 0.0, max(float(scn.cluster.device.memory_bytes), 1.0)
-    while not solvable(hi):
-        lo, hi = hi, hi * 2
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if solvable(mid) else (mid, hi)
-    return hi
 
 
 def coerce_inputs(model, cluster, job) -> tuple[ModelSpec, ClusterSpec, JobSpec]:
@@ -792,12 +523,12 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
         result = engines.solve(problem, engine, threads) if layers_per_stage is None else None
     if layers_per_stage is None:
         if result.status[0] == INFEASIBLE:
-            raise InfeasibleError(_config_message(scn, cand, None, engine, threads))
+            raise InfeasibleError(diagnose.config_message(scn, cand, None, engine, threads))
         ends = _ends(problem, result, 0)
     else:
         ends = [int(e) for e in np.cumsum(layers_per_stage)]
         if not all(stage["fits"] for stage in stage_details(problem, 0, ends)):
-            raise InfeasibleError(_config_message(scn, cand, ends, engine, threads))
+            raise InfeasibleError(diagnose.config_message(scn, cand, ends, engine, threads))
     return build_plan(scn, cand, problem, 0, ends, solve_time=time.perf_counter() - started,
                       evaluated=1, engine=engine, candidates_total=1, threads=threads)
 
