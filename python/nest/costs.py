@@ -226,16 +226,24 @@ class NodeCostModel:
     def _attention_forward(self, cfg: LayerConfig) -> tuple[float, float, float, float, float]:
         """(GEMM time, element-wise time, core forward time, core backward time, forward
         model FLOPs) of attention."""
-        m, k, e, t, a = self.model, self.k, self.e, cfg.tp, self.attn
-        n, s, b, h = self._tokens(cfg), self.job.seq_len, cfg.micro_batch, m.hidden
-        rep = self._replicated(cfg)
-        if m.kv_lora_rank:  # latent attention: one GEMM with the same FLOPs
-            gemm = k.gemm(n, a.projection_params / h / t, h)
-        else:
-            gemm = k.gemm(n, (a.q_width + a.k_width + a.v_width) / t, h) + k.gemm(n, h, a.q_width / t)
+        a, n, s, b = self.attn, self._tokens(cfg), self.job.seq_len, cfg.micro_batch
         flops = 2 * n * a.projection_params
-        # scores (q x k) and values, each rank's s/cp queries against all s keys
         core_flops = 2 * b * (s // cfg.cp) * s * (a.q_width + a.v_width)
+        return (*self._attention_kernels(n, s, b, cfg.tp, cfg.cp, self._replicated(cfg), self.k.gemm, self.k.bmm),
+                flops + core_flops)
+
+    def _attention_kernels(self, n, s, b, t, cp, rep, gemm_of, bmm_of):
+        """(GEMM, element-wise, core forward, core backward) times of attention for
+        scalars or numpy columns alike: ``gemm_of``/``bmm_of`` are the kernel model's
+        scalar or columnar matmuls, every other operation works on both in the same
+        order, so the two paths agree bit for bit."""
+        m, k, e, a, h = self.model, self.k, self.e, self.attn, self.model.hidden
+        if m.kv_lora_rank:  # latent attention: one GEMM with the same FLOPs
+            gemm = gemm_of(n, a.projection_params / h / t, h)
+        else:
+            gemm = gemm_of(n, (a.q_width + a.k_width + a.v_width) / t, h) + gemm_of(n, h, a.q_width / t)
+        # scores (q x k) and values, each rank's s/cp queries against all s keys
+        core_flops = 2 * b * (s // cp) * s * (a.q_width + a.v_width)
         norm_residual = (2 + 3) * n * h * e / rep  # norm (r+w), residual + dropout
         if self.job.flash_attention:
             causal = 0.5 if m.causal else 1.0
@@ -244,13 +252,13 @@ class NodeCostModel:
             elementwise = k.stream(norm_residual, kernels=3)
         else:
             heads = m.num_heads // t
-            s_q = s // cfg.cp
+            s_q = s // cp
             # one strided-batched launch per matmul over micro-batch x heads
-            core = k.bmm(s_q, s, a.score_dim, b * heads) + k.bmm(s_q, a.v_width / m.num_heads, s, b * heads)
+            core = bmm_of(s_q, s, a.score_dim, b * heads) + bmm_of(s_q, a.v_width / m.num_heads, s, b * heads)
             core_bwd = 2.0 * core
             scores = b * heads * s_q * s * e
             elementwise = k.stream(norm_residual + 3 * 2 * scores, kernels=6)
-        return gemm, elementwise, core, core_bwd, flops + core_flops
+        return gemm, elementwise, core, core_bwd
 
     def _mlp_forward(self, cfg: LayerConfig, ffn: float, tokens: float, split: int) -> tuple[float, float, float]:
         """(GEMM, element-wise, FLOPs) of an MLP of width ``ffn`` split ``split`` ways."""
@@ -429,28 +437,8 @@ class NodeCostModel:
         return self._tokens_v(c) * self.model.hidden * self.e
 
     def _attention_table(self, c):
-        m, k, e, t, a = self.model, self.k, self.e, c.tp, self.attn
-        n, s, b, h = self._tokens_v(c), self.job.seq_len, c.micro_batch, m.hidden
-        rep = self._replicated_v(c)
-        if m.kv_lora_rank:
-            gemm = k.gemms(n, a.projection_params / h / t, h)
-        else:
-            gemm = k.gemms(n, (a.q_width + a.k_width + a.v_width) / t, h) + k.gemms(n, h, a.q_width / t)
-        core_flops = 2 * b * (s // c.cp) * s * (a.q_width + a.v_width)
-        norm_residual = (2 + 3) * n * h * e / rep
-        if self.job.flash_attention:
-            causal = 0.5 if m.causal else 1.0
-            core = k.attention(core_flops * causal / t)
-            core_bwd = k.attention_backward(core_flops * causal / t)
-            elementwise = k.stream(norm_residual, kernels=3)
-        else:
-            heads = m.num_heads // t
-            s_q = s // c.cp
-            core = k.bmms(s_q, s, a.score_dim, b * heads) + k.bmms(s_q, a.v_width / m.num_heads, s, b * heads)
-            core_bwd = 2.0 * core
-            scores = b * heads * s_q * s * e
-            elementwise = k.stream(norm_residual + 3 * 2 * scores, kernels=6)
-        return gemm, elementwise, core, core_bwd
+        return self._attention_kernels(self._tokens_v(c), self.job.seq_len, c.micro_batch, c.tp, c.cp,
+                                       self._replicated_v(c), self.k.gemms, self.k.bmms)
 
     def _mlp_table(self, c, ffn, tokens, split):
         m, k, e = self.model, self.k, self.e
