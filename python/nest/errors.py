@@ -41,3 +41,12 @@ def require(condition: bool, field: str, value, expectation: str) -> None:
     """Raise :class:`SpecError` ``"<field> = <value>: <expectation>"`` unless ``condition``."""
     if not condition:
         raise SpecError(f"{field} = {short_repr(value)}: {expectation}")
+
+
+def reject_unknown_keys(data: dict, known, where: str) -> None:
+    """Raise :class:`SpecError` ``"<where>.<key> = <value>: unknown key (known: ...)"``
+    for the first key of ``data`` (sorted) not in ``known``."""
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise SpecError(f"{where}.{unknown[0]} = {short_repr(data[unknown[0]])}: unknown key "
+                        f"(known: {', '.join(sorted(known))})")

@@ -48,7 +48,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from .errors import SpecError, short_repr
+from .errors import SpecError, reject_unknown_keys, short_repr
 from .specs import ModelSpec, field_names
 
 SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
@@ -327,9 +327,7 @@ def model_from_hf_config(path_or_dict, name: str | None = None, *, seq_len: int 
         source += "; approximations: " + "; ".join(notes)
     fields.update(name=name or _default_name(path_or_dict, data, model_type), seq_len=seq_len,
                   source=source)
-    unknown = sorted(set(overrides) - field_names(ModelSpec))
-    if unknown:
-        raise SpecError(f"model.{unknown[0]} = {short_repr(overrides[unknown[0]])}: unknown key")
+    reject_unknown_keys(overrides, field_names(ModelSpec), "model")
     try:
         spec = ModelSpec(**fields)
     except SpecError as error:

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import yaml
 
-from .errors import SpecError, short_repr
+from .errors import SpecError, reject_unknown_keys, short_repr
 from .presets.clusters import CLUSTERS, GRAPH_CLUSTERS
 from .presets.devices import DEVICES
 from .presets.models import MODELS
@@ -126,9 +126,7 @@ def _with_base(table: dict, cls, data: dict, what: str):
     if not isinstance(base, str):
         raise SpecError(f"{what}.base = {short_repr(base)}: must be a preset name")
     preset = _preset(table, base, f"{what}.base")
-    unknown = sorted(set(data) - field_names(cls))
-    if unknown:
-        raise SpecError(f"{what}.{unknown[0]} = {short_repr(data[unknown[0]])}: unknown key")
+    reject_unknown_keys(data, field_names(cls), what)
     try:
         return replace(preset, **data)
     except TypeError as error:
@@ -241,11 +239,7 @@ def cluster_from_mapping(data: dict, base: Path | None = None) -> ClusterSpec:
     """A cluster from a file mapping: name, device, and tiers (innermost first) or
     ``graph`` (a graph file, relative to ``base``)."""
     data = dict(data)
-    known = {"name", "device", "tiers", "graph", "source"}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise SpecError(f"cluster.{unknown[0]} = {short_repr(data[unknown[0]])}: unknown key "
-                        f"(known: {', '.join(sorted(known))})")
+    reject_unknown_keys(data, {"name", "device", "tiers", "graph", "source"}, "cluster")
     if "tiers" in data and "graph" in data:
         raise SpecError(f"cluster.graph = {short_repr(data['graph'])}: give tiers or a graph, not both")
     for key in ("name", "device", "graph" if "graph" in data else "tiers"):

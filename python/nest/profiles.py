@@ -63,7 +63,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import SpecError, short_repr
+from .errors import SpecError, reject_unknown_keys, short_repr
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 
@@ -327,10 +327,7 @@ def profile_from_dict(data: dict, name: str = "profile") -> MeasuredProfile:
     """A :class:`MeasuredProfile` from the JSON format's mapping."""
     if not isinstance(data, dict):
         raise SpecError(f"profile = {short_repr(data)}: must be a JSON object")
-    unknown = sorted(set(data) - {"name", "source", "measurements"})
-    if unknown:
-        raise SpecError(f"profile.{unknown[0]} = {short_repr(data[unknown[0]])}: unknown key "
-                        "(known: name, source, measurements)")
+    reject_unknown_keys(data, {"name", "source", "measurements"}, "profile")
     entries = data.get("measurements")
     if not isinstance(entries, list) or not entries:
         raise SpecError(f"profile.measurements = {short_repr(entries)}: must be a non-empty list")
@@ -339,10 +336,7 @@ def profile_from_dict(data: dict, name: str = "profile") -> MeasuredProfile:
         where = f"profile.measurements[{i}]"
         if not isinstance(entry, dict):
             raise SpecError(f"{where} = {short_repr(entry)}: must be a mapping")
-        extra = sorted(set(entry) - {"tp", "micro_batch", "nodes"})
-        if extra:
-            raise SpecError(f"{where}.{extra[0]} = {short_repr(entry[extra[0]])}: unknown key "
-                            "(known: tp, micro_batch, nodes)")
+        reject_unknown_keys(entry, {"tp", "micro_batch", "nodes"}, where)
         tp = _positive_int(entry.get("tp"), f"{where}.tp")
         mb = _positive_int(entry.get("micro_batch", 1), f"{where}.micro_batch")
         nodes = entry.get("nodes")

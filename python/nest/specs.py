@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
-from .errors import SpecError, require, short_repr
+from .errors import SpecError, reject_unknown_keys, require, short_repr
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
@@ -364,10 +364,7 @@ def from_mapping(cls, data: dict, where: str):
     """Build ``cls`` from a dict, rejecting unknown keys with a SpecError naming them."""
     if not isinstance(data, dict):
         raise SpecError(f"{where} = {short_repr(data)}: must be a mapping")
-    unknown = sorted(set(data) - field_names(cls))
-    if unknown:
-        raise SpecError(f"{where}.{unknown[0]} = {short_repr(data[unknown[0]])}: unknown key "
-                        f"(known: {', '.join(sorted(field_names(cls)))})")
+    reject_unknown_keys(data, field_names(cls), where)
     try:
         return cls(**data)
     except TypeError as error:

@@ -74,7 +74,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .errors import InfeasibleError, SpecError, short_repr
+from .errors import InfeasibleError, SpecError, reject_unknown_keys, short_repr
 
 GiB = 2**30
 
@@ -148,10 +148,7 @@ def expand_grid(grid) -> list[Scenario]:
 
     data = read_grid(grid)
     base = Path(data.pop("__base__")) if "__base__" in data else None
-    unknown = sorted(set(data) - _GRID_KEYS)
-    if unknown:
-        raise SpecError(f"grid.{unknown[0]} = {short_repr(data[unknown[0]])}: unknown key "
-                        f"(known: {', '.join(sorted(_GRID_KEYS))})")
+    reject_unknown_keys(data, _GRID_KEYS, "grid")
     if "models" not in data:
         raise SpecError("grid.models: missing")
     if "clusters" not in data:
@@ -176,10 +173,7 @@ def expand_grid(grid) -> list[Scenario]:
             entry = {"cluster": entry}
         if not isinstance(entry, dict) or "cluster" not in entry:
             raise SpecError(f"{where} = {short_repr(entry)}: must be a name or {{cluster: NAME, devices: [...]}}")
-        extra = sorted(set(entry) - {"cluster", "devices"})
-        if extra:
-            raise SpecError(f"{where}.{extra[0]} = {short_repr(entry[extra[0]])}: unknown key "
-                            "(known: cluster, devices)")
+        reject_unknown_keys(entry, {"cluster", "devices"}, where)
         name = entry["cluster"]
         if not isinstance(name, str):
             raise SpecError(f"{where}.cluster = {short_repr(name)}: must be a preset name or a file path")
@@ -233,10 +227,7 @@ def expand_grid(grid) -> list[Scenario]:
             continue
         if not isinstance(job, dict):
             raise SpecError(f"grid.jobs[{j}] = {short_repr(job)}: must be a mapping {{global_batch, seq_len}}")
-        extra = sorted(set(job) - _JOB_KEYS)
-        if extra:
-            raise SpecError(f"grid.jobs[{j}].{extra[0]} = {short_repr(job[extra[0]])}: unknown key "
-                            f"(known: {', '.join(sorted(_JOB_KEYS))})")
+        reject_unknown_keys(job, _JOB_KEYS, f"grid.jobs[{j}]")
         for key in ("global_batch", "seq_len"):
             if key in job:
                 _number(job[key], f"grid.jobs[{j}].{key}", integer=True)
