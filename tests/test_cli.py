@@ -120,3 +120,4 @@ def test_report_summarises_long_rank_lists():
 
     assert _ranges((0, 1, 2, 3, 8, 9)) == "0-3,8-9"
     assert _ranges(tuple(range(0, 64, 8))) == "0,8,... (8 in 8 runs)"
+

@@ -245,3 +245,27 @@ def test_boundary_seconds_on_graph_equal_the_tiers():
         a, b = Scenario(model, tiers, job), Scenario(model, graph, job)
         for k in range(4):
             assert math.isclose(a.boundary_seconds(cand, k, 3e6), b.boundary_seconds(cand, k, 3e6), rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("name", ["dgx-a100", "dgx-h100", "h100-spineleaf", "tpuv4-fattree"])
+def test_graph_form_presets_plan_like_their_tiers(name):
+    """`<preset>-graph` is the hierarchical preset as a graph: same plan, same step time."""
+    tiers = nest.load_cluster(name, devices=64)
+    graph = nest.load_cluster(f"{name}-graph", devices=64)
+    assert graph.is_graph and graph.num_devices == 64
+    job = JobSpec(global_batch=64, seq_len=2048)
+    a, b = nest.plan("gpt-1.7b", tiers, job), nest.plan("gpt-1.7b", graph, job)
+    assert a.parallelism == b.parallelism
+    assert b.step_time_s == pytest.approx(a.step_time_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("name,devices", [("h100-leafspine", 256), ("h100-dragonfly", 256)])
+def test_leaf_spine_and_dragonfly_presets(name, devices):
+    """The generator presets build connected graphs of the asked size and plan on them;
+    a size they cannot build is a one-line SpecError."""
+    cluster = nest.load_cluster(name, devices=devices)
+    assert cluster.is_graph and len(T.devices(cluster.graph)) == devices
+    plan = nest.plan("llama2-7b", cluster, JobSpec(global_batch=256, seq_len=2048))
+    assert plan.devices_used <= devices and plan.memory_max_bytes <= cluster.device.memory_bytes
+    with pytest.raises(nest.SpecError, match="multiple of 32"):
+        nest.load_cluster(name, devices=48)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import replace
 
@@ -217,9 +218,9 @@ def _run(args) -> int:
             for t in rows["clusters"]:
                 tiers = ", ".join(f"{x['name']} x{x['fanout'] if x is not t['tiers'][-1] else 'N'} "
                                   f"@ {x['bandwidth_GBps']:g} GB/s" for x in t["tiers"])
-                print(f"{t['name']:<15} {t['device']:<12} {tiers}")
+                print(f"{t['name']:<20} {t['device']:<12} {tiers}")
             for t in rows["graph_clusters"]:
-                print(f"{t['name']:<15} {t['device']:<12} graph: {t['network']}")
+                print(f"{t['name']:<20} {t['device']:<12} graph: {t['network']}")
             print()
             for d in rows["devices"]:
                 print(f"{d['name']:<12} {d['memory_GiB']:7.1f} GiB  {d['peak_TFLOPS_bf16']:7.1f} TFLOPS bf16  "
@@ -316,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     except InfeasibleError as error:
         print(f"nest: infeasible: {error}", file=sys.stderr)
         return EXIT_INFEASIBLE
+    except BrokenPipeError:  # e.g. `nest clusters | head`: the reader left, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 if __name__ == "__main__":  # pragma: no cover

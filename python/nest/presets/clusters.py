@@ -172,6 +172,32 @@ def _torus(devices: int):
     return torus(torus_dims(devices), bandwidth=50 * GB, latency=1e-6)
 
 
+def _leaf_spine(devices: int):
+    from ..topology import spine_leaf
+
+    if devices % 32:
+        raise SpecError(f"devices = {devices}: h100-leafspine needs a multiple of 32 (devices per leaf)")
+    return spine_leaf(devices // 32, 32, spines=8, bandwidth=50 * GB, latency=1e-6)
+
+
+def _dragonfly(devices: int):
+    from ..topology import dragonfly
+
+    per_group = 8 * 4  # 8 routers x 4 hosts
+    if devices % per_group or devices // per_group < 2:
+        raise SpecError(f"devices = {devices}: h100-dragonfly needs a multiple of 32 devices "
+                        "(8 routers x 4 GPUs per group), at least 2 groups")
+    return dragonfly(devices // per_group, 8, 4, global_links=4, bandwidth=50 * GB, latency=1e-6)
+
+
+def _hierarchy(name: str):
+    def build(devices: int):
+        from ..topology import from_hierarchy
+
+        return from_hierarchy(CLUSTERS[name].sized(devices))
+    return build
+
+
 GRAPH_CLUSTERS: dict[str, GraphTemplate] = {t.name: t for t in [
     GraphTemplate("h100-fattree", DEVICES["h100-sxm"], _fat_tree, 1024,
                   "k-ary fat tree (Al-Fares et al. 2008); NDR 400 Gb/s NICs",
@@ -181,5 +207,14 @@ GRAPH_CLUSTERS: dict[str, GraphTemplate] = {t.name: t for t in [
     GraphTemplate("tpuv4-torus", DEVICES["tpuv4"], _torus, 512,
                   "TPU v4 (Jouppi et al., ISCA 2023): 3-D torus, six ICI links per chip",
                   "3-D torus, 50 GB/s per link and direction"),
+    GraphTemplate("h100-leafspine", DEVICES["h100-sxm"], _leaf_spine, 1024,
+                  "two-tier Clos (leaf-spine), 32 GPUs per leaf, 8 spines",
+                  "two-tier leaf-spine, 32 x 50 GB/s per leaf, 8 spines, non-blocking"),
+    GraphTemplate("h100-dragonfly", DEVICES["h100-sxm"], _dragonfly, 1024,
+                  "dragonfly (Kim et al., ISCA 2008), minimal routing",
+                  "dragonfly: groups of 8 routers x 4 GPUs, 4 global links per router, 50 GB/s"),
+    *(GraphTemplate(f"{t.name}-graph", t.device, _hierarchy(t.name), t.default_devices, t.source,
+                    f"graph form of {t.name} (one plane per tier; prices equal the tiers)")
+      for t in _TEMPLATES),
 ]}
 """Preset cluster families on generated graphs, by name."""
