@@ -121,3 +121,24 @@ def test_report_summarises_long_rank_lists():
     assert _ranges((0, 1, 2, 3, 8, 9)) == "0-3,8-9"
     assert _ranges(tuple(range(0, 64, 8))) == "0,8,... (8 in 8 runs)"
 
+
+
+def test_network_nccl_prices_on_the_calibrated_tiers(capsys):
+    """--network nccl is the plan of nest.network.calibrated_cluster: slower collectives
+    than the nominal tiers, exactly the API's numbers; graphs and instances refuse it."""
+    import nest
+    from nest.network import calibrated_cluster
+
+    base = ["evaluate", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--devices", "64", "--tp", "1",
+            "--pp", "1", "--dp", "64", "--mbs", "1", "--zero", "1", "--json"]
+    assert main(base) == 0
+    nominal = json.loads(capsys.readouterr().out)["step_time_s"]
+    assert main(base + ["--network", "nccl"]) == 0
+    nccl = json.loads(capsys.readouterr().out)["step_time_s"]
+    api = nest.evaluate("gpt-1.7b", calibrated_cluster(nest.load_cluster("dgx-a100", devices=64)),
+                        nest.JobSpec(global_batch=512, seq_len=2048), tp=1, pp=1, dp=64, micro_batch=1,
+                        zero=1)
+    assert nccl > nominal and nccl == api.step_time_s
+    assert main(["plan", "--model", "gpt-1.7b", "--cluster", "h100-fattree", "--devices", "64",
+                 "--network", "nccl"]) == 2
+    assert "network = nccl" in capsys.readouterr().err

@@ -61,6 +61,9 @@ def _add_scenario(parser: argparse.ArgumentParser, device_list: bool = False) ->
                         help="sequences per step (default: the model's published batch)")
     parser.add_argument("--seq-len", type=_positive_int, help="tokens per sequence (default: the model's)")
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp8", "fp32"))
+    parser.add_argument("--network", default="nominal", choices=("nominal", "nccl"),
+                        help="tier prices: nominal bandwidths and latencies (default), or what NCCL "
+                             "collectives measure on them (nest.network.calibrated_cluster)")
     parser.add_argument("--optimizer", default="adam", choices=("adam", "sgd"))
     parser.add_argument("--no-flash-attention", action="store_true",
                         help="model unfused attention (stores the s^2 softmax activations)")
@@ -142,6 +145,8 @@ def _scenario(args) -> dict:
         if args.model or args.cluster or args.profile:
             raise SpecError("nest_instance: the instance brings its own model, cluster and job; "
                             "drop --model/--cluster/--profile")
+        if args.network != "nominal":
+            raise SpecError(f"network = {args.network}: a NEST instance brings its own network prices")
         setup = instance_setup(args.nest_instance)
         return {"model": setup.model, "cluster": setup.cluster, "job": setup.job,
                 "source": setup.source, "limits": setup.limits, "setup": setup}
@@ -149,6 +154,13 @@ def _scenario(args) -> dict:
         raise SpecError("cluster: missing; pass --cluster (or --nest-instance)")
     devices = args.devices[0] if isinstance(args.devices, list) else args.devices  # compare: a list
     cluster = load_cluster(args.cluster, devices)
+    if args.network == "nccl":
+        if cluster.is_graph:
+            raise SpecError(f"network = nccl: cluster {cluster.name} is a graph; its links are priced as "
+                            "the graph gives them (put measured rates in the graph file)")
+        from .network import calibrated_cluster
+
+        cluster = calibrated_cluster(cluster)
     source = limits = None
     if args.profile:
         from .measured import MeasuredSource
@@ -296,7 +308,13 @@ def _compare(args, scenario, limits) -> int:
     if args.emit:
         raise SpecError("emit: not available for compare")
     strategies = tuple(s.strip() for s in args.strategies.split(",") if s.strip())
-    rows = compare(scenario["model"], args.cluster if not args.nest_instance else scenario["cluster"],
+    cluster = args.cluster if not args.nest_instance else scenario["cluster"]
+    if args.network == "nccl":  # every device count priced as NCCL measures it
+        from .loading import load_cluster
+        from .network import calibrated_cluster
+
+        cluster = lambda n, name=args.cluster: calibrated_cluster(load_cluster(name, n))  # noqa: E731
+    rows = compare(scenario["model"], cluster,
                    args.devices, scenario["job"], strategies=strategies, seed=args.seed,
                    budget=args.budget, engine=args.engine, threads=args.threads, limits=limits,
                    source=scenario["source"])
