@@ -50,3 +50,20 @@ def reject_unknown_keys(data: dict, known, where: str) -> None:
     if unknown:
         raise SpecError(f"{where}.{unknown[0]} = {short_repr(data[unknown[0]])}: unknown key "
                         f"(known: {', '.join(sorted(known))})")
+
+
+def non_empty_list(value, where: str) -> list:
+    """``value`` if it is a non-empty list, else :class:`SpecError` naming ``where``."""
+    if not isinstance(value, list) or not value:
+        raise SpecError(f"{where} = {short_repr(value)}: must be a non-empty list")
+    return value
+
+
+def mappings(value, where: str):
+    """``(where[i], entry)`` for each entry of the non-empty list ``value`` of mappings;
+    :class:`SpecError` naming the list or the first entry that is not a mapping."""
+    for i, entry in enumerate(non_empty_list(value, where)):
+        here = f"{where}[{i}]"
+        if not isinstance(entry, dict):
+            raise SpecError(f"{here} = {short_repr(entry)}: must be a mapping")
+        yield here, entry

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import yaml
 
-from .errors import SpecError, reject_unknown_keys, short_repr
+from .errors import SpecError, mappings, reject_unknown_keys, short_repr
 from .presets.clusters import CLUSTERS, GRAPH_CLUSTERS
 from .presets.devices import DEVICES
 from .presets.models import MODELS
@@ -255,14 +255,8 @@ def cluster_from_mapping(data: dict, base: Path | None = None) -> ClusterSpec:
             raise SpecError(f"cluster.graph = {short_repr(path)}: must be a graph file path")
         path = Path(path) if base is None or Path(path).is_absolute() else base / path
         return graph_cluster_from_file(path, device, name=str(data["name"]))
-    tiers = data["tiers"]
-    if not isinstance(tiers, list) or not tiers:
-        raise SpecError(f"cluster.tiers = {short_repr(tiers)}: must be a non-empty list")
     parsed = []
-    for i, tier in enumerate(tiers):
-        where = f"cluster.tiers[{i}]"
-        if not isinstance(tier, dict):
-            raise SpecError(f"{where} = {short_repr(tier)}: must be a mapping")
+    for i, (where, tier) in enumerate(mappings(data["tiers"], "cluster.tiers")):
         tier = _convert_units(tier, _TIER_UNITS, where)
         tier.setdefault("name", f"tier{i}")
         parsed.append(from_mapping(Tier, tier, where))

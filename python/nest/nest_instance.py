@@ -52,7 +52,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import SpecError, short_repr
+from .errors import SpecError, mappings, non_empty_list, short_repr
 from .profiles import MAX_BYTES, MAX_SECONDS, Measurement, MeasuredProfile, NodeMeasurement
 from .specs import ClusterSpec, DeviceSpec, JobSpec, OptimizerSpec, Tier
 
@@ -225,10 +225,7 @@ def _bool(value, what: str) -> bool:
 
 
 def _list(data: dict, key: str, where: str) -> list:
-    value = data.get(key)
-    if not isinstance(value, list) or not value:
-        raise SpecError(f"{where}.{key} = {short_repr(value)}: must be a non-empty list")
-    return value
+    return non_empty_list(data.get(key), f"{where}.{key}")
 
 
 def _require(data: dict, key: str, where: str):
@@ -273,14 +270,8 @@ def _graph(data: dict, where: str, micro_batch: int, boundary: str):
     measurements, edges = [], []
     for key in sorted(nodes_by_tp, key=lambda k: _tp(k, where)):
         tp = _tp(key, where)
-        entries = nodes_by_tp[key]
-        if not isinstance(entries, list) or not entries:
-            raise SpecError(f"{where}.nodes[{short_repr(key)}] = {short_repr(entries)}: must be a non-empty list")
         by_id = {}
-        for i, node in enumerate(entries):
-            here = f"{where}.nodes[{short_repr(key)}][{i}]"
-            if not isinstance(node, dict):
-                raise SpecError(f"{here} = {short_repr(node)}: must be a mapping")
+        for here, node in mappings(nodes_by_tp[key], f"{where}.nodes[{short_repr(key)}]"):
             for name in _NODE_KEYS:
                 _require(node, name, here)
             node_id = node["id"]

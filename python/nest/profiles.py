@@ -63,7 +63,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import SpecError, reject_unknown_keys, short_repr
+from .errors import SpecError, mappings, non_empty_list, reject_unknown_keys, short_repr
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 
@@ -328,20 +328,12 @@ def profile_from_dict(data: dict, name: str = "profile") -> MeasuredProfile:
     if not isinstance(data, dict):
         raise SpecError(f"profile = {short_repr(data)}: must be a JSON object")
     reject_unknown_keys(data, {"name", "source", "measurements"}, "profile")
-    entries = data.get("measurements")
-    if not isinstance(entries, list) or not entries:
-        raise SpecError(f"profile.measurements = {short_repr(entries)}: must be a non-empty list")
     measurements = []
-    for i, entry in enumerate(entries):
-        where = f"profile.measurements[{i}]"
-        if not isinstance(entry, dict):
-            raise SpecError(f"{where} = {short_repr(entry)}: must be a mapping")
+    for where, entry in mappings(data.get("measurements"), "profile.measurements"):
         reject_unknown_keys(entry, {"tp", "micro_batch", "nodes"}, where)
         tp = _positive_int(entry.get("tp"), f"{where}.tp")
         mb = _positive_int(entry.get("micro_batch", 1), f"{where}.micro_batch")
-        nodes = entry.get("nodes")
-        if not isinstance(nodes, list) or not nodes:
-            raise SpecError(f"{where}.nodes = {short_repr(nodes)}: must be a non-empty list")
+        nodes = non_empty_list(entry.get("nodes"), f"{where}.nodes")
         label = _label(tp, mb)
         measurements.append(Measurement(tp, mb, tuple(
             node_measurement(node, f"{label} nodes[{j}]") for j, node in enumerate(nodes))))
