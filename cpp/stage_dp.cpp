@@ -144,6 +144,7 @@ void check_values(const Problem& pb) {
     require_shape(pb.cand_config, "cand_config", 1);
     require_shape(pb.cand_scale, "cand_scale", 1);
     require_shape(pb.cand_offset, "cand_offset", 1);
+    require_shape(pb.cand_head_scale, "cand_head_scale", 1);
     require_shape(pb.cand_mem_fixed, "cand_mem_fixed", 1);
     require_shape(pb.cand_mem_per_param, "cand_mem_per_param", 1);
     require_shape(pb.cand_g0, "cand_g0", 1);
@@ -163,6 +164,7 @@ void check_values(const Problem& pb) {
     const char* per_cand = "one entry per candidate";
     require_length(pb.cand_scale, "cand_scale", N, per_cand);
     require_length(pb.cand_offset, "cand_offset", N, per_cand);
+    require_length(pb.cand_head_scale, "cand_head_scale", N, per_cand);
     require_length(pb.cand_mem_fixed, "cand_mem_fixed", N, per_cand);
     require_length(pb.cand_mem_per_param, "cand_mem_per_param", N, per_cand);
     require_length(pb.cand_g0, "cand_g0", N, per_cand);
@@ -203,6 +205,8 @@ void check_values(const Problem& pb) {
     for (int64_t n = 0; n < N; ++n) require(pb.cand_scale.data[n] >= 0, "cand_scale must be non-negative");
     for (int64_t n = 0; n < N; ++n) require(pb.cand_offset.data[n] >= 0, "cand_offset must be non-negative");
     for (int64_t n = 0; n < N; ++n)
+        require(pb.cand_head_scale.data[n] >= 0, "cand_head_scale must be non-negative");
+    for (int64_t n = 0; n < N; ++n)
         require(pb.cand_lower_bound.data[n] >= 0, "cand_lower_bound must be non-negative");
     for (int64_t n = 0; n < N; ++n) {
         // pos_offset[n] >= 0 by induction (pos_offset[0] == 0), so once stop > start the
@@ -224,11 +228,13 @@ void check_precondition(const Problem& pb, const ConfigTables& tables) {
         const int64_t w_total = tables.prefix_params[c * (L + 1) + L];
         const double g = sync_time_double(pb.cand_g0.data[n], pb.cand_g1.data[n], w_total);
         require(g < kTwo63, "sync time G(sum of params) overflows int64");
-        int64_t scaled = 0, shifted = 0, objective = 0;
-        require(!__builtin_mul_overflow(pb.cand_scale.data[n], tables.time_bound[c] + 1, &scaled) &&
+        int64_t scales = 0, scaled = 0, shifted = 0, objective = 0;
+        require(!add_overflows(pb.cand_scale.data[n], pb.cand_head_scale.data[n], &scales) &&
+                    !__builtin_mul_overflow(scales, tables.time_bound[c] + 1, &scaled) &&
                     !add_overflows(scaled, pb.cand_offset.data[n], &shifted) &&
                     !add_overflows(shifted, static_cast<int64_t>(g), &objective),
-                "objective bound scale * (time bound + 1) + offset + G(sum of params) overflows int64");
+                "objective bound (scale + head_scale) * (time bound + 1) + offset + G(sum of params) "
+                "overflows int64");
     }
 }
 
@@ -245,14 +251,21 @@ class CandidateSolver {
     }
 
     // Fills objective, max_time, max_params and ends (p entries); false if infeasible.
-    // The Pareto walk of dp_reference.solve_candidate; only the searches differ.
     bool solve(int64_t n, int64_t* objective, int64_t* max_time, int64_t* max_params, int64_t* ends) {
         load(n);
+        return split_last_ ? solve_split_last(objective, max_time, max_params, ends)
+                           : solve_max(objective, max_time, max_params, ends);
+    }
+
+  private:
+    // head_scale == 0: the Pareto walk of dp_reference.solve_candidate over (max T, max W);
+    // only the searches differ.
+    bool solve_max(int64_t* objective, int64_t* max_time, int64_t* max_params, int64_t* ends) {
         // w_floor = minW(INF)
-        const Check any_split = check(kInf, w_total_, kInf, w_total_);
+        const Check any_split = check(kInf, kInf, w_total_, kInf, kInf, w_total_);
         if (!any_split.ok) return false;
         int64_t unused = 0;
-        const int64_t w_floor = search_params(kInf, w_base_, any_split.params, &unused);
+        const int64_t w_floor = search_params(kInf, kInf, w_base_, any_split.params, &unused);
         const int64_t w_lo = std::max(w_base_, w_floor);  // minW(t) >= w_floor for every t
         const int64_t g_floor = offset_ + sync_time(g0_, g1_, w_floor);
         bool have = false;
@@ -261,12 +274,12 @@ class CandidateSolver {
         int64_t t_lo = t_base_;
         while (true) {
             // t = minT(w_cap); w_cap >= w_floor, so it exists.
-            const Check top = w_cap == w_total_ ? any_split : check(kInf, w_cap, kInf, w_cap);
+            const Check top = w_cap == w_total_ ? any_split : check(kInf, kInf, w_cap, kInf, kInf, w_cap);
             if (!top.ok) throw std::logic_error("stage DP: no split above w_floor");
             int64_t w_hi = top.params;
-            const int64_t t = search_time(w_cap, t_lo, top.time, &w_hi);
+            const int64_t t = search_time(w_cap, kInf, t_lo, top.time, &w_hi);
             // w = minW(t); check(t, w_hi) holds.
-            const int64_t w = search_params(t, w_lo, w_hi, &unused);
+            const int64_t w = search_params(t, t, w_lo, w_hi, &unused);
             const int64_t obj = scale_ * t + offset_ + sync_time(g0_, g1_, w);
             if (!have || obj < best_obj) {
                 have = true;
@@ -283,11 +296,104 @@ class CandidateSolver {
         *objective = best_obj;
         *max_time = best_t;
         *max_params = best_w;
-        reconstruct(best_t, best_w, ends);
+        reconstruct(best_t, best_t, best_w, ends);
         return true;
     }
 
-  private:
+    // head_scale > 0: objective head_scale * H + scale * max(H, T_last) + offset + G(W),
+    // H = the slowest stage before the last one. Optimum: the key (F, H, W, T_last, ends).
+    //
+    // For a cap tau on the last stage, the walk of solve_max over (H, W) lists the Pareto
+    // points of the splits with T_last <= tau, and each point's smallest T_last is the
+    // last stage of the split check() returns (it takes the start with the largest u).
+    // Lowering tau to lambda - 1, lambda = the largest T_last > H among those points,
+    // keeps every listed point with T_last < lambda on the front of the smaller feasible
+    // set; points with T_last <= H cannot be beaten by splits they dominate in (H, W)
+    // (F = (head_scale + scale) H + G(W) there). So the key-optimal split is listed under
+    // the last tau >= its T_last. Pruning, all against a first incumbent (the split with
+    // the smallest slowest stage): a walk stops once (head_scale + scale) H + G(W floor)
+    // can only tie with a larger H, the search once the walk's first H, t0, does (t0 only
+    // grows as tau falls); and tau skips every T_last > t0 with head_scale t0 + scale
+    // T_last + G(W floor) above the incumbent without walking.
+    bool solve_split_last(int64_t* objective, int64_t* max_time, int64_t* max_params, int64_t* ends) {
+        const Check any_split = check(kInf, kInf, w_total_, kInf, kInf, w_total_);
+        if (!any_split.ok) return false;
+        int64_t unused = 0;
+        const int64_t w_floor = search_params(kInf, kInf, w_base_, any_split.params, &unused);
+        const int64_t w_lo = std::max(w_base_, w_floor);
+        const int64_t g_floor = offset_ + sync_time(g0_, g1_, w_floor);
+        const int64_t both = scale_ + head_scale_;
+        bool have = false;
+        int64_t best_obj = 0, best_t = 0, best_w = 0, best_l = 0;
+        auto record = [&](int64_t t, int64_t l, int64_t w) {
+            const int64_t obj = head_scale_ * t + scale_ * std::max(t, l) + offset_ + sync_time(g0_, g1_, w);
+            if (!have || obj < best_obj ||
+                (obj == best_obj && (t < best_t || (t == best_t && (w < best_w || (w == best_w && l < best_l)))))) {
+                have = true;
+                best_obj = obj;
+                best_t = t;
+                best_w = w;
+                best_l = l;
+            }
+        };
+        auto loses = [&](int64_t t) {
+            const int64_t floor = both * t + g_floor;
+            return floor > best_obj || (floor == best_obj && t > best_t);
+        };
+        {
+            // The first incumbent: a split whose slowest stage (the last one included) is
+            // as fast as any split's, found by the searches of solve_max.
+            split_last_ = false;
+            const Check any_common = check(kInf, kInf, w_total_, kInf, kInf, w_total_);
+            int64_t w_any = any_common.params;
+            const int64_t t_common = search_time(w_total_, kInf, t_base_, any_common.time, &w_any);
+            split_last_ = true;
+            const Check seed = check(t_common, t_common, w_total_, t_common, t_common, w_total_);
+            if (!seed.ok) throw std::logic_error("stage DP: no split at the smallest slowest stage");
+            record(seed.time, seed.last, seed.params);
+        }
+        int64_t tau = kInf;
+        while (true) {
+            const Check under_tau = check(kInf, tau, w_total_, kInf, tau, w_total_);
+            if (!under_tau.ok) break;
+            int64_t w_hi = under_tau.params;
+            int64_t t = search_time(w_total_, tau, 0, under_tau.time, &w_hi);
+            if (loses(t)) break;
+            if (scale_ > 0 && tau > t) {
+                // T_last in (skip, tau]: F >= head_scale t + scale T_last + G(W floor) > best
+                const int64_t room = best_obj - g_floor - head_scale_ * t;
+                const int64_t skip = std::max(room < 0 ? int64_t(-1) : room / scale_, t);
+                if (skip < tau) {
+                    tau = skip;
+                    continue;
+                }
+            }
+            int64_t lambda = -1;
+            while (true) {
+                // (t, w) is the next Pareto point under tau; check(t, tau, w_hi) holds.
+                const int64_t w = search_params(t, tau, w_lo, w_hi, &unused);
+                const Check at = check(t, tau, w, t, tau, w);
+                if (!at.ok) throw std::logic_error("stage DP: Pareto point without a split");
+                record(t, at.last, w);
+                if (at.last > t) lambda = std::max(lambda, at.last);
+                if (loses(t + 1)) break;
+                const int64_t w_cap = w - 1;
+                if (w_cap < w_floor) break;
+                const Check top = check(kInf, tau, w_cap, kInf, tau, w_cap);
+                if (!top.ok) break;  // W below the floor of the splits under tau
+                w_hi = top.params;
+                t = search_time(w_cap, tau, t + 1, top.time, &w_hi);
+            }
+            if (lambda < 0) break;
+            tau = lambda - 1;
+        }
+        *objective = best_obj;
+        *max_time = std::max(best_t, best_l);
+        *max_params = best_w;
+        reconstruct(best_t, best_l, best_w, ends);
+        return true;
+    }
+
     void load(int64_t n) {
         const int64_t c = pb_.cand_config.data[n];
         const int64_t start = pb_.pos_offset.data[n];
@@ -304,6 +410,8 @@ class CandidateSolver {
         capacity_ = pb_.capacity;
         scale_ = pb_.cand_scale.data[n];
         offset_ = pb_.cand_offset.data[n];
+        head_scale_ = pb_.cand_head_scale.data[n];
+        split_last_ = head_scale_ > 0;
         g0_ = pb_.cand_g0.data[n];
         g1_ = pb_.cand_g1.data[n];
         t_bound_ = tables_.time_bound[c];
@@ -348,20 +456,29 @@ class CandidateSolver {
     int64_t fwd(int64_t k, int64_t j) const { return k < p_ - 1 ? send_[tier_[k] * L_ + j - 1] : 0; }
     int64_t bwd(int64_t k, int64_t i) const { return k > 0 ? send_[tier_[k - 1] * L_ + i - 1] : 0; }
 
-    bool allowed(int64_t k, int64_t i, int64_t j, int64_t t_cap, int64_t w_cap) const {
+    // t_cap bounds the stages before the last one, l_cap the last.
+    bool allowed(int64_t k, int64_t i, int64_t j, int64_t t_cap, int64_t l_cap, int64_t w_cap) const {
         if (PW_[j] - PW_[i] > w_cap) return false;
-        if (PT_[j] - PT_[i] + fwd(k, j) + bwd(k, i) > t_cap) return false;
+        if (PT_[j] - PT_[i] + fwd(k, j) + bwd(k, i) > (k == p_ - 1 ? l_cap : t_cap)) return false;
         return fits(k, i, j);
     }
 
     // The outcome of check(t_cap, w_cap), with what the searches can learn from it.
+    //
+    // With head_scale == 0 the caps of the last stage equal those of the others and
+    // `time` / `next_time` cover every stage (check(t, t, w) is the check(t, w) of the
+    // exactness argument); with head_scale > 0 they cover the stages before the last and
+    // `last` / `next_last` the last one.
     struct Check {
         bool ok = false;
-        // ok: max T and max W of one feasible split (a witness: <= the caps).
-        int64_t time = 0, params = 0;
-        // !ok: check(t, w_cap) is false for every t < next_time, and check(t_cap, w) is
-        // false for every w < next_params (kInf: for every value).
-        int64_t next_time = kInf, next_params = kInf;
+        // ok: max T (before the last stage), T of the last stage and max W of one
+        // feasible split (a witness: <= the caps); its last stage is the fastest any
+        // split under the caps has.
+        int64_t time = 0, last = 0, params = 0;
+        // !ok: check(t, l_cap, w_cap) is false for every t < next_time, check(t_cap, l,
+        // w_cap) for every l < next_last and check(t_cap, l_cap, w) for every w <
+        // next_params (kInf: for every value).
+        int64_t next_time = kInf, next_last = kInf, next_params = kInf;
     };
 
     // Can nodes [0, L) be split into p allowed stages under the caps?
@@ -380,7 +497,17 @@ class CandidateSolver {
     // that fail this for the looser caps (t_prune >= t_cap, w_prune >= w_cap): exact for
     // every cap pair up to them, and fixed while a search moves t_cap or w_cap below
     // them, so the next_* bounds stay valid there (the searches never look above).
-    Check check(int64_t t_cap, int64_t w_cap, int64_t t_prune, int64_t w_prune) {
+    Check check(int64_t t_cap, int64_t l_cap, int64_t w_cap, int64_t t_prune, int64_t l_prune, int64_t w_prune) {
+        Check out = check_split(t_cap, l_cap, w_cap, t_prune, l_prune, w_prune);
+        if (!split_last_) {
+            out.time = std::max(out.time, out.last);
+            out.next_time = std::min(out.next_time, out.next_last);
+        }
+        return out;
+    }
+
+    Check check_split(int64_t t_cap, int64_t l_cap, int64_t w_cap, int64_t t_prune, int64_t l_prune,
+                      int64_t w_prune) {
         Check out;
         // Locals: the byte stores below would otherwise force reloads of every member.
         const int64_t L = L_, p = p_;
@@ -398,14 +525,16 @@ class CandidateSolver {
                 wlo[j] = lo;
             }
         }
-        // jlow[k]: the smallest end of stage k that passes the suffix test.
+        // jlow[k]: the smallest end of stage k that passes the suffix test (the last of
+        // the r later stages is capped by l_prune).
         int64_t* const jlow = jlow_.data();
         {
             int64_t j = 0;
             for (int64_t k = 0; k < p; ++k) {
                 const int64_t r = p - 1 - k;
                 int64_t t_room = 0, w_room = 0;
-                const bool t_any = __builtin_mul_overflow(r, t_prune, &t_room);
+                const bool t_any = r > 0 && (__builtin_mul_overflow(r - 1, t_prune, &t_room) ||
+                                             add_overflows(t_room, l_prune, &t_room));
                 const bool w_any = __builtin_mul_overflow(r, w_prune, &w_room);
                 while (j < L && ((!t_any && PT[L] - PT[j] > t_room) || (!w_any && PW[L] - PW[j] > w_room))) ++j;
                 jlow[k] = j;
@@ -433,11 +562,11 @@ class CandidateSolver {
                     }
                 }
                 const int64_t c = PT[L];
-                if (best_i >= 0 && best_u >= c - t_cap) {
+                if (best_i >= 0 && best_u >= c - l_cap) {
                     pred[L] = static_cast<int32_t>(best_i);
                     break;  // feasible
                 }
-                if (best_i >= 0) out.next_time = std::min(out.next_time, c - best_u);
+                if (best_i >= 0) out.next_last = c - best_u;
                 if (wlo[L] > mlo[L]) out.next_params = std::min(out.next_params, PW[L] - PW[wlo[L] - 1]);
                 return out;
             }
@@ -492,7 +621,9 @@ class CandidateSolver {
         int64_t j = L;
         for (int64_t k = p - 1; k >= 0; --k) {
             const int64_t i = pred_[k * (L + 1) + j];
-            out.time = std::max(out.time, PT[j] - PT[i] + fwd(k, j) + bwd(k, i));
+            const int64_t t = PT[j] - PT[i] + fwd(k, j) + bwd(k, i);
+            if (k == p - 1) out.last = t;
+            else out.time = std::max(out.time, t);
             out.params = std::max(out.params, PW[j] - PW[i]);
             j = i;
         }
@@ -502,11 +633,12 @@ class CandidateSolver {
     // Smallest t in [lo, hi] with check(t, w_cap), given that a split with max T = hi and
     // max W = *w_witness <= w_cap exists; *w_witness ends as the max W of a split with
     // max T = the result. Bisection whose both ends jump to the values check reports.
-    int64_t search_time(int64_t w_cap, int64_t lo, int64_t hi, int64_t* w_witness) {
+    // With head_scale > 0, t caps the stages before the last and l_cap the last one.
+    int64_t search_time(int64_t w_cap, int64_t l_cap, int64_t lo, int64_t hi, int64_t* w_witness) {
         if (lo > hi) throw std::logic_error("stage DP: empty time bracket");
         while (lo < hi) {
             const int64_t mid = lo + (hi - lo) / 2;
-            const Check r = check(mid, w_cap, hi, w_cap);
+            const Check r = split_last_ ? check(mid, l_cap, w_cap, hi, l_cap, w_cap) : check(mid, mid, w_cap, hi, hi, w_cap);
             if (r.ok) {
                 hi = r.time;
                 *w_witness = r.params;
@@ -518,13 +650,13 @@ class CandidateSolver {
         return hi;
     }
 
-    // Smallest w in [lo, hi] with check(t_cap, w), given a split with max W = hi and
-    // max T = *t_witness <= t_cap; mirror of search_time.
-    int64_t search_params(int64_t t_cap, int64_t lo, int64_t hi, int64_t* t_witness) {
+    // Smallest w in [lo, hi] with check(t_cap, l_cap, w), given a split with max W = hi
+    // and max T = *t_witness <= t_cap; mirror of search_time.
+    int64_t search_params(int64_t t_cap, int64_t l_cap, int64_t lo, int64_t hi, int64_t* t_witness) {
         if (lo > hi) throw std::logic_error("stage DP: empty params bracket");
         while (lo < hi) {
             const int64_t mid = lo + (hi - lo) / 2;
-            const Check r = check(t_cap, mid, t_cap, hi);
+            const Check r = check(t_cap, l_cap, mid, t_cap, l_cap, hi);
             if (r.ok) {
                 hi = r.params;
                 *t_witness = r.time;
@@ -536,8 +668,9 @@ class CandidateSolver {
         return hi;
     }
 
-    // The lexicographically smallest stage ends with max T <= t_cap and max W <= w_cap.
-    void reconstruct(int64_t t_cap, int64_t w_cap, int64_t* ends) {
+    // The lexicographically smallest stage ends with T <= t_cap before the last stage,
+    // T <= l_cap for the last one and max W <= w_cap.
+    void reconstruct(int64_t t_cap, int64_t l_cap, int64_t w_cap, int64_t* ends) {
         const int64_t width = L_ + 1;
         completes_.assign((p_ + 1) * width, 0);
         completes_[p_ * width + L_] = 1;
@@ -561,7 +694,7 @@ class CandidateSolver {
                     ++tail;
                 }
                 while (tail > head && dq_idx_[head] > hi) ++head;
-                row[i] = tail > head && dq_val_[head] - PT_[i] <= t_cap - bwd(k, i);
+                row[i] = tail > head && dq_val_[head] - PT_[i] <= (k == p_ - 1 ? l_cap : t_cap) - bwd(k, i);
             }
         }
         if (!completes_[0]) throw std::logic_error("stage DP: reconstruction found no split");
@@ -569,7 +702,7 @@ class CandidateSolver {
         for (int64_t k = 0; k < p_; ++k) {
             const uint8_t* next = completes_.data() + (k + 1) * width;
             int64_t j = i + 1;
-            while (j <= L_ && !(next[j] && allowed(k, i, j, t_cap, w_cap))) ++j;
+            while (j <= L_ && !(next[j] && allowed(k, i, j, t_cap, l_cap, w_cap))) ++j;
             if (j > L_) throw std::logic_error("stage DP: greedy reconstruction failed");
             ends[k] = j;
             i = j;
@@ -584,7 +717,8 @@ class CandidateSolver {
     const double* inflight_ = nullptr;
     const int64_t* tier_ = nullptr;
     double mem_fixed_ = 0, mem_per_param_ = 0, capacity_ = 0, g0_ = 0, g1_ = 0;
-    int64_t scale_ = 1, offset_ = 0, t_bound_ = 0, w_total_ = 0, t_base_ = 0, w_base_ = 0;
+    bool split_last_ = false;
+    int64_t scale_ = 1, head_scale_ = 0, offset_ = 0, t_bound_ = 0, w_total_ = 0, t_base_ = 0, w_base_ = 0;
     std::vector<int64_t> mem_row_;
     std::vector<int32_t> memlo_, pred_;
     std::vector<uint8_t> reach_prev_, reach_cur_, completes_;

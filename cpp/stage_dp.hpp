@@ -1,6 +1,8 @@
 // The exact stage DP of nest: split a chain of L nodes into p contiguous, non-empty,
-// memory-feasible pipeline stages minimising scale * maxT + offset + G(maxW), for every
-// candidate (offset: the split-independent part of the objective).
+// memory-feasible pipeline stages minimising
+//     scale * maxT + head_scale * maxH + offset + G(maxW)
+// for every candidate (maxH: the slowest stage before the last one, 0 if p = 1; offset:
+// the split-independent part of the objective).
 //
 // This header is the C++ twin of python/nest/dp_problem.py (the problem format) and
 // python/nest/dp_reference.py (the oracle): same inputs, same answer to the last bit,
@@ -14,7 +16,9 @@
 //                      the remaining stages: O(p L). An infeasible check also reports the
 //                      next caps at which its outcome can change, a feasible one a split.
 //   minT / minW        integer bisection on top of check, jumping to those values.
-//   Pareto walk        the one of dp_reference.solve_candidate (same points, same stop).
+//   Pareto walk        the one of dp_reference.solve_candidate (same points, same stop);
+//                      with head_scale > 0 one walk over (maxH, maxW) per cap on the last
+//                      stage, the caps stepping down through the last stages the walks meet.
 //   reconstruction     backward "completes" table (mirrored sliding window) and a greedy
 //                      pass: the lexicographically smallest vector of stage ends.
 //   candidates         in chunks of kChunk with lower-bound pruning against the best of
@@ -23,8 +27,8 @@
 // Precondition (checked, std::invalid_argument otherwise): all arithmetic fits in int64.
 // For every config c, Tbound[c] = sum(time_ps[c]) + 2 * max(send_ps[c]) (a bound on any
 // stage time) plus one, sum(params[c]) and sum(act_bytes[c]) fit in int64; for every
-// candidate n, G(sum(params[c])) < 2^63 and scale[n] * (Tbound[c] + 1) + offset[n] +
-// G(sum(params[c])) <= INT64_MAX. The Python reference would solve some such inputs with unbounded ints
+// candidate n, G(sum(params[c])) < 2^63 and (scale[n] + head_scale[n]) * (Tbound[c] + 1) +
+// offset[n] + G(sum(params[c])) <= INT64_MAX. The Python reference would solve some such inputs with unbounded ints
 // (or fail with OverflowError when storing the result); realistic inputs (picoseconds,
 // bytes) are many orders of magnitude below these limits.
 #pragma once
@@ -64,6 +68,7 @@ struct Problem {
     ArrayView<int64_t> cand_config;       // [N]
     ArrayView<int64_t> cand_scale;        // [N] >= 0
     ArrayView<int64_t> cand_offset;       // [N] >= 0, added to the objective
+    ArrayView<int64_t> cand_head_scale;   // [N] >= 0, factor of the slowest stage before the last
     ArrayView<double> cand_mem_fixed;     // [N]
     ArrayView<double> cand_mem_per_param; // [N]
     ArrayView<double> cand_g0;            // [N]

@@ -9,7 +9,7 @@ from nest import dp_reference, engine
 from nest.dp_problem import CHUNK, INF, INFEASIBLE, PRUNED, SOLVED, DPProblem, DPResult
 
 ARRAY_FIELDS = ("time_ps", "params", "mem_params", "act_bytes", "send_ps", "cand_config", "cand_scale",
-                "cand_offset", "cand_mem_fixed", "cand_mem_per_param", "cand_g0", "cand_g1",
+                "cand_offset", "cand_head_scale", "cand_mem_fixed", "cand_mem_per_param", "cand_g0", "cand_g1",
                 "cand_lower_bound", "pos_offset", "pos_inflight", "pos_tier")
 N_RANDOM = 320
 
@@ -86,6 +86,8 @@ def random_arrays(rng: np.random.Generator, max_nodes: int = 9, max_candidates: 
 
     cand_scale = rng.integers(0, 5, size=n).astype(np.int64)  # 0: one micro-batch of 1F1B
     cand_offset = np.where(rng.random(n) < 0.5, 0, rng.integers(0, 400, size=n)).astype(np.int64)
+    # interleaved schedules price the last virtual stage apart: head_scale > 0
+    cand_head_scale = np.where(rng.random(n) < 0.5, 0, rng.integers(1, 12, size=n)).astype(np.int64)
     cand_g0 = np.round(rng.uniform(0, 500, size=n), 2)
     mean_t = max(float(time.mean()), 1.0)
     mean_w = max(float(params.mean()), 1.0)
@@ -104,6 +106,7 @@ def random_arrays(rng: np.random.Generator, max_nodes: int = 9, max_candidates: 
         lower = rng.integers(0, int(max(time.sum(), 1)) * 4 + 1, size=n).astype(np.int64)
     return {"time_ps": time, "params": params, "mem_params": mem_params, "act_bytes": act, "send_ps": send,
             "cand_config": cand_config, "cand_scale": cand_scale, "cand_offset": cand_offset,
+            "cand_head_scale": cand_head_scale,
             "cand_mem_fixed": cand_mem_fixed, "cand_mem_per_param": cand_mem_per_param,
             "cand_g0": cand_g0, "cand_g1": cand_g1,
             "cand_lower_bound": np.asarray(lower, dtype=np.int64), "pos_offset": pos_offset,
@@ -213,7 +216,7 @@ def test_uniform_chain_ties():
 
 def test_empty_candidate_list():
     arrays = random_arrays(np.random.default_rng(1))
-    for name in ("cand_config", "cand_scale", "cand_offset", "cand_lower_bound"):
+    for name in ("cand_config", "cand_scale", "cand_offset", "cand_head_scale", "cand_lower_bound"):
         arrays[name] = np.zeros(0, np.int64)
     for name in ("cand_mem_fixed", "cand_mem_per_param", "cand_g0", "cand_g1", "pos_inflight"):
         arrays[name] = np.zeros(0)
@@ -312,6 +315,10 @@ BAD_INPUTS = {
     "negative_offset": lambda a: a["cand_offset"].__setitem__(0, -1),
     "float_offset": lambda a: a.update(cand_offset=a["cand_offset"].astype(np.float64)),
     "shape_offset": lambda a: a.update(cand_offset=np.append(a["cand_offset"], 0)),
+    "negative_head_scale": lambda a: a["cand_head_scale"].__setitem__(0, -1),
+    "shape_head_scale": lambda a: a.update(cand_head_scale=np.append(a["cand_head_scale"], 0)),
+    "head_scale_overflow": lambda a: a.update(cand_head_scale=np.full_like(a["cand_head_scale"], 2**62),
+                                              cand_scale=np.full_like(a["cand_scale"], 2**62)),
     "offset_overflow": lambda a: a.update(cand_offset=np.full_like(a["cand_offset"], 2**63 - 2),
                                           cand_scale=np.ones_like(a["cand_scale"])),
     "config_range": lambda a: a["cand_config"].__setitem__(0, a["time_ps"].shape[0]),
@@ -321,6 +328,7 @@ BAD_INPUTS = {
                                      cand_config=a["cand_config"][:1].copy(),
                                      cand_scale=a["cand_scale"][:1].copy(),
                                      cand_offset=a["cand_offset"][:1].copy(),
+                                     cand_head_scale=a["cand_head_scale"][:1].copy(),
                                      cand_mem_fixed=a["cand_mem_fixed"][:1].copy(),
                                      cand_mem_per_param=a["cand_mem_per_param"][:1].copy(),
                                      cand_g0=a["cand_g0"][:1].copy(), cand_g1=a["cand_g1"][:1].copy(),
@@ -335,7 +343,8 @@ BAD_INPUTS = {
     "negative_tier": lambda a: (a.update(pos_offset=np.array([0, 2], np.int64),
                                          pos_inflight=np.zeros(2), pos_tier=np.array([-1, -1], np.int64),
                                          **{k: a[k][:1].copy() for k in (
-                                             "cand_config", "cand_scale", "cand_offset", "cand_mem_fixed",
+                                             "cand_config", "cand_scale", "cand_offset", "cand_head_scale",
+                                             "cand_mem_fixed",
                                              "cand_mem_per_param", "cand_g0", "cand_g1",
                                              "cand_lower_bound")},
                                          time_ps=np.ones((a["time_ps"].shape[0], 3), np.int64),

@@ -75,8 +75,22 @@ def titan(plan: dict) -> dict:
 @pytest.fixture(scope="module", params=[("gpt3-175b", "dgx-a100", 1024), ("llama2-70b", "dgx-h100", 64)],
                 ids=lambda p: f"{p[0]}-{p[2]}")
 def real_plan(request) -> dict:
+    """nest's best non-interleaved plan (every format can run it)."""
     model, cluster, devices = request.param
-    return nest.plan(model, nest.load_cluster(cluster, devices=devices)).to_dict()
+    limits = nest.SpaceLimits(vp=(1,))
+    return nest.plan(model, nest.load_cluster(cluster, devices=devices), limits=limits).to_dict()
+
+
+def test_real_interleaved_plan():
+    """nest's unrestricted gpt3-175b plan interleaves: Megatron gets the virtual stages,
+    DeepSpeed (no interleaved schedule) refuses with the field and value."""
+    plan = nest.plan("gpt3-175b", nest.load_cluster("dgx-a100", devices=1024)).to_dict()
+    vp = plan["parallelism"]["vp"]
+    assert vp > 1
+    args = megatron_args(plan)
+    assert args["--num-virtual-stages-per-pipeline-rank"] == str(vp)
+    with pytest.raises(nest.SpecError, match=f"parallelism.vp = {vp}: DeepSpeed's pipeline engine"):
+        deepspeed(plan)
 
 
 def megatron_block_counts(args: dict, num_layers: int, stages: int) -> list[int]:

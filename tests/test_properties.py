@@ -39,7 +39,7 @@ def examples(n: int) -> settings:
 
 
 ARRAY_FIELDS = ("time_ps", "params", "mem_params", "act_bytes", "send_ps", "cand_config", "cand_scale",
-                "cand_offset", "cand_mem_fixed", "cand_mem_per_param", "cand_g0", "cand_g1",
+                "cand_offset", "cand_head_scale", "cand_mem_fixed", "cand_mem_per_param", "cand_g0", "cand_g1",
                 "cand_lower_bound", "pos_offset", "pos_inflight", "pos_tier")
 
 
@@ -99,6 +99,8 @@ def dp_problems(draw, max_nodes: int = 7, max_candidates: int = 6) -> DPProblem:
 
     scale = np.array(draw(st.lists(st.integers(0, 4), min_size=n, max_size=n)), np.int64)
     offset = np.array(draw(st.lists(st.integers(0, 400), min_size=n, max_size=n)), np.int64)
+    # > 0: the last stage is priced apart (interleaved schedules)
+    head_scale = np.array(draw(st.lists(st.sampled_from([0, 0, 1, 3, 11]), min_size=n, max_size=n)), np.int64)
     g0 = np.array(draw(st.lists(st.floats(0, 500), min_size=n, max_size=n)))
     mean_t = max(float(time.mean()), 1.0)
     mean_w = max(float(params.mean()), 1.0)
@@ -115,7 +117,8 @@ def dp_problems(draw, max_nodes: int = 7, max_candidates: int = 6) -> DPProblem:
                                np.int64)
     return DPProblem.build(
         time_ps=time, params=params, mem_params=mem_params, act_bytes=act, send_ps=send,
-        cand_config=cand_config, cand_scale=scale, cand_offset=offset, cand_mem_fixed=mem_fixed,
+        cand_config=cand_config, cand_scale=scale, cand_offset=offset, cand_head_scale=head_scale,
+        cand_mem_fixed=mem_fixed,
         cand_mem_per_param=mem_per_param, cand_g0=g0, cand_g1=g1, cand_lower_bound=lower_bound,
         pos_offset=pos_offset, pos_inflight=inflight, pos_tier=pos_tier, capacity=capacity)
 

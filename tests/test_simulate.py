@@ -164,13 +164,20 @@ def test_1f1b_closed_form_is_not_a_bound_for_odd_splits():
     assert r.step_time_s == pytest.approx(8.85) and _alpa(stages, 9) == pytest.approx(8.65)
 
 
+def _interleaved(stages, pp, m):
+    """nest's interleaved closed form (nest.pipeline) of these virtual stages."""
+    vp = len(stages) // pp
+    head, last = max(s.time_s for s in stages[:-1]), stages[-1].time_s
+    return m * ((vp - 1) * head + max(head, last)) + (pp - 1) * head
+
+
 def test_interleaved_closed_form_needs_similar_chunks():
     """With v > 1 the closed form is not a bound when chunks split forward and backward
     very differently (a forward-heavy chunk before a backward-heavy one stalls the ring)."""
     splits = [(0.9, 0.1), (0.1, 0.9), (0.9, 0.1), (0.1, 0.9)]
     r = simulate_schedule([StageTasks(f, b) for f, b in splits], pp=2, micro_batches=2)
     assert r.step_time_s == pytest.approx(7.4)
-    assert (2 * 2 + 2 - 1) * 1.0 == 5.0
+    assert _interleaved([StageTasks(f, b) for f, b in splits], 2, 2) == pytest.approx(5.0)
     # Same per-chunk proportions: the bound holds again.
     rng = random.Random(3)
     for _ in range(100):
@@ -180,7 +187,27 @@ def test_interleaved_closed_form_needs_similar_chunks():
         stages = [StageTasks(share * w, (1 - share) * w) for w in
                   (rng.uniform(0.3, 1.0) for _ in range(pp * vp))]
         r = simulate_schedule(stages, pp, m)
-        assert r.step_time_s <= (m * vp + pp - 1) * max(s.time_s for s in stages) * (1 + 1e-12)
+        assert r.step_time_s <= _interleaved(stages, pp, m) * (1 + 1e-12)
+
+
+def test_interleaved_closed_form_prices_the_last_chunk_apart():
+    """Equal chunks and a slower last one (the output layer and loss; NeMo's 1-layer
+    chunks): the schedule takes exactly m ((v - 1) H + T_last) + (p - 1) H, less than
+    SC'21's (m v + p - 1) T_last the DP used before; any chunks of the same proportions
+    finish no later than the form."""
+    rng = random.Random(11)
+    for _ in range(200):
+        pp, vp = rng.choice([2, 3, 4, 8]), rng.choice([2, 3, 4, 6])
+        m = pp * rng.choice([1, 2, 3, 4])
+        share = rng.uniform(0.25, 0.5)
+        last = rng.uniform(1.0, 3.0)
+        stages = [StageTasks(share, 1 - share)] * (pp * vp - 1) + [StageTasks(share * last, (1 - share) * last)]
+        r = simulate_schedule(stages, pp, m)
+        assert r.step_time_s == pytest.approx(_interleaved(stages, pp, m), rel=1e-12)
+        assert r.step_time_s <= (m * vp + pp - 1) * last * (1 + 1e-12)
+        light = [StageTasks(share * w, (1 - share) * w) for w in
+                 [rng.uniform(0.2, 1.0) for _ in range(pp * vp - 1)] + [rng.uniform(0.2, 3.0)]]
+        assert simulate_schedule(light, pp, m).step_time_s <= _interleaved(light, pp, m) * (1 + 1e-12)
 
 
 # -- plans ----------------------------------------------------------------------------------
@@ -216,8 +243,9 @@ def _sim_checks(plan, model, cluster, job=None):
 
 
 def _closed_form_exact(plan, closed) -> None:
-    """Interleaved: the padded pipeline takes the closed form exactly. 1F1B: the closed
-    form (m - 1) max T + sum T is exact when the slowest stage is the last one."""
+    """Interleaved: the padded pipeline (nest.simulate.pad_to_closed_form) takes the
+    closed form exactly. 1F1B: the closed form (m - 1) max T + sum T is exact when the
+    slowest stage is the last one."""
     times = [s.time_s for s in plan.stages]
     m, pp = plan.parallelism["num_microbatches"], plan.parallelism["pp"]
     if plan.parallelism["vp"] > 1 or (m >= pp and times[-1] == max(times)):
@@ -277,10 +305,12 @@ def _variants(model: str, cluster):
 @pytest.mark.parametrize("model,devices", _preset_cases())
 def test_every_preset_agrees_with_closed_form(model, devices):
     """Every preset model at two scales, plans without overlap assumptions (ZeRO-0/1, no
-    context parallelism): the simulation of the pipeline the closed form assumes (every
-    stage as slow as the slowest, v x the heaviest chunk synchronised) equals the DP's
-    step time to 1e-9; the faithful simulation is never slower than the closed form, and
-    equal to it without a pipeline."""
+    context parallelism): the simulation of the pipeline the closed form assumes (chunks
+    before the last as slow as the slowest of them, v x the heaviest chunk synchronised)
+    equals the DP's
+    step time to 1e-9; the faithful simulation is never slower than the closed form,
+    equal to it without a pipeline and, interleaved, at most 3.5% faster (the closed form
+    pads the embedding's chunk to the slowest and syncs v x the heaviest chunk)."""
     cluster = nest.load_cluster("dgx-h100", devices=devices)
     checked = 0
     for p in _variants(model, cluster):
@@ -290,6 +320,9 @@ def test_every_preset_agrees_with_closed_form(model, devices):
         assert r.step_time_s <= p.step_time_s * (1 + 1e-9)
         if p.parallelism["pp"] == 1:
             assert r.step_time_s == pytest.approx(p.step_time_s, rel=1e-9)
+        if p.parallelism["vp"] > 1:
+            # measured: 28 of 36 within 1%, worst 3.1% (bert-large, 512 devices, m = 16)
+            assert p.step_time_s <= r.step_time_s * 1.035
         checked += 1
     if not checked:
         pytest.skip(f"nothing fits {model} on {devices} devices")

@@ -58,7 +58,7 @@ py::array_t<int64_t> to_numpy(const std::vector<int64_t>& values) {
 py::tuple solve(const py::object& time_ps, const py::object& params, const py::object& mem_params,
                 const py::object& act_bytes,
                 const py::object& send_ps, const py::object& cand_config, const py::object& cand_scale,
-                const py::object& cand_offset,
+                const py::object& cand_offset, const py::object& cand_head_scale,
                 const py::object& cand_mem_fixed, const py::object& cand_mem_per_param, const py::object& cand_g0,
                 const py::object& cand_g1, const py::object& cand_lower_bound, const py::object& pos_offset,
                 const py::object& pos_inflight, const py::object& pos_tier, double capacity, int threads) {
@@ -71,6 +71,7 @@ py::tuple solve(const py::object& time_ps, const py::object& params, const py::o
     pb.cand_config = view<int64_t>(cand_config, "cand_config", 1);
     pb.cand_scale = view<int64_t>(cand_scale, "cand_scale", 1);
     pb.cand_offset = view<int64_t>(cand_offset, "cand_offset", 1);
+    pb.cand_head_scale = view<int64_t>(cand_head_scale, "cand_head_scale", 1);
     pb.cand_mem_fixed = view<double>(cand_mem_fixed, "cand_mem_fixed", 1);
     pb.cand_mem_per_param = view<double>(cand_mem_per_param, "cand_mem_per_param", 1);
     pb.cand_g0 = view<double>(cand_g0, "cand_g0", 1);
@@ -102,7 +103,7 @@ py::tuple solve(const py::object& time_ps, const py::object& params, const py::o
 PYBIND11_MODULE(_core, m) {
     m.doc() = "nest's compiled stage DP (private; use nest.engine).";
     m.def("solve", &solve, py::arg("time_ps"), py::arg("params"), py::arg("mem_params"), py::arg("act_bytes"), py::arg("send_ps"),
-          py::arg("cand_config"), py::arg("cand_scale"), py::arg("cand_offset"), py::arg("cand_mem_fixed"), py::arg("cand_mem_per_param"),
+          py::arg("cand_config"), py::arg("cand_scale"), py::arg("cand_offset"), py::arg("cand_head_scale"), py::arg("cand_mem_fixed"), py::arg("cand_mem_per_param"),
           py::arg("cand_g0"), py::arg("cand_g1"), py::arg("cand_lower_bound"), py::arg("pos_offset"),
           py::arg("pos_inflight"), py::arg("pos_tier"), py::arg("capacity"), py::arg("threads") = 0,
           "Solve every candidate of a DPProblem's arrays; returns (status, objective, max_time, max_params,\n"

@@ -94,7 +94,7 @@ struct Array {
 
 struct Owned {
     Array<int64_t> time_ps, params, mem_params, act_bytes, send_ps;
-    Array<int64_t> cand_config, cand_scale, cand_offset, cand_lower_bound, pos_offset, pos_tier;
+    Array<int64_t> cand_config, cand_scale, cand_offset, cand_head_scale, cand_lower_bound, pos_offset, pos_tier;
     Array<double> cand_mem_fixed, cand_mem_per_param, cand_g0, cand_g1, pos_inflight;
     double capacity = 0;
 
@@ -108,6 +108,7 @@ struct Owned {
         p.cand_config = cand_config.view();
         p.cand_scale = cand_scale.view();
         p.cand_offset = cand_offset.view();
+        p.cand_head_scale = cand_head_scale.view();
         p.cand_mem_fixed = cand_mem_fixed.view();
         p.cand_mem_per_param = cand_mem_per_param.view();
         p.cand_g0 = cand_g0.view();
@@ -179,6 +180,7 @@ Owned random_problem(Rng& rng, int64_t max_nodes, int64_t max_candidates) {
     o.cand_config = Array<int64_t>::make({N});
     o.cand_scale = Array<int64_t>::make({N});
     o.cand_offset = Array<int64_t>::make({N});
+    o.cand_head_scale = Array<int64_t>::make({N});
     o.cand_lower_bound = Array<int64_t>::make({N});
     o.cand_mem_fixed = Array<double>::make({N});
     o.cand_mem_per_param = Array<double>::make({N});
@@ -232,6 +234,7 @@ Owned random_problem(Rng& rng, int64_t max_nodes, int64_t max_candidates) {
         if (nothing_fits) o.cand_mem_fixed.v[n] = 2 * o.capacity;
         o.cand_scale.v[n] = rng.integer(0, 4);
         o.cand_offset.v[n] = rng.chance(0.5) ? 0 : rng.integer(0, 399);
+        o.cand_head_scale.v[n] = rng.chance(0.5) ? 0 : rng.integer(1, 11);
         o.cand_g0.v[n] = std::round(rng.uniform(0, 500) * 100) / 100;
         o.cand_g1.v[n] = rng.chance(0.2) ? 0.0 : rng.uniform(0, 3) * std::max(t_mean, 1.0) / std::max(w_mean, 1.0);
         if (lb_kind == "zero") o.cand_lower_bound.v[n] = 0;
@@ -286,7 +289,8 @@ bool same_result(const nest::Result& a, const nest::Result& b) {
 }
 
 struct Split {
-    int64_t objective = 0, time = 0, params = 0;
+    // time: the slowest stage; head / last: the slowest before the last one / the last.
+    int64_t objective = 0, time = 0, params = 0, head = 0, last = 0;
     std::vector<int64_t> ends;
     bool fits = true;
 };
@@ -314,18 +318,24 @@ Split cost(const Owned& o, int64_t n, const std::vector<int64_t>& ends) {
                               o.pos_inflight.v[start + k] * double(a);
         if (!(memory <= o.capacity)) s.fits = false;
         s.time = std::max(s.time, t);
+        if (k < p - 1) s.head = std::max(s.head, t);
+        else s.last = t;
         s.params = std::max(s.params, w);
         i = j;
     }
-    s.objective = o.cand_scale.v[n] * s.time + o.cand_offset.v[n] +
+    s.objective = o.cand_scale.v[n] * s.time + o.cand_head_scale.v[n] * s.head + o.cand_offset.v[n] +
                   nest::sync_time(o.cand_g0.v[n], o.cand_g1.v[n], s.params);
     return s;
 }
 
-bool key_less(const Split& a, const Split& b) {
+// The DP's tie-breaking: (F, max T, max W, ends), or (F, head, max W, last, ends) when
+// the last stage is priced apart.
+bool key_less(const Split& a, const Split& b, bool split_last) {
     if (a.objective != b.objective) return a.objective < b.objective;
-    if (a.time != b.time) return a.time < b.time;
+    const int64_t at = split_last ? a.head : a.time, bt = split_last ? b.head : b.time;
+    if (at != bt) return at < bt;
     if (a.params != b.params) return a.params < b.params;
+    if (split_last && a.last != b.last) return a.last < b.last;
     return a.ends < b.ends;
 }
 
@@ -339,7 +349,7 @@ Split brute_force(const Owned& o, int64_t n) {
         if (k == p - 1) {
             ends[k] = L;
             const Split s = cost(o, n, ends);
-            if (s.fits && (!best.fits || key_less(s, best))) best = s;
+            if (s.fits && (!best.fits || key_less(s, best, o.cand_head_scale.v[n] > 0))) best = s;
             return;
         }
         for (int64_t j = lo; j <= L - (p - 1 - k); ++j) {
@@ -458,7 +468,7 @@ constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
 // Every per-candidate array, for shape mutations.
 void for_candidate_arrays(Owned& o, const std::function<void(Array<int64_t>&)>& fi,
                           const std::function<void(Array<double>&)>& fd) {
-    fi(o.cand_config), fi(o.cand_scale), fi(o.cand_offset), fi(o.cand_lower_bound);
+    fi(o.cand_config), fi(o.cand_scale), fi(o.cand_offset), fi(o.cand_head_scale), fi(o.cand_lower_bound);
     fd(o.cand_mem_fixed), fd(o.cand_mem_per_param), fd(o.cand_g0), fd(o.cand_g1);
 }
 
@@ -473,6 +483,7 @@ void single_candidate(Owned& o, int64_t L, int64_t p) {
     for_candidate_arrays(o, [](Array<int64_t>& a) { a.resize1(1); }, [](Array<double>& a) { a.resize1(1); });
     o.cand_config.v[0] = 0;
     o.cand_scale.v[0] = 1;
+    o.cand_head_scale.v[0] = 0;
     o.pos_offset = Array<int64_t>::make({2});
     o.pos_offset.v[1] = p;
     o.pos_tier = Array<int64_t>::make({p}, 0);
@@ -495,6 +506,7 @@ std::vector<Mutation> mutations() {
         m.push_back({"negative send_ps", kReject, neg(&Owned::send_ps, value)});
         m.push_back({"negative cand_scale", kReject, neg(&Owned::cand_scale, value)});
         m.push_back({"negative cand_offset", kReject, neg(&Owned::cand_offset, value)});
+        m.push_back({"negative cand_head_scale", kReject, neg(&Owned::cand_head_scale, value)});
         m.push_back({"negative cand_lower_bound", kReject, neg(&Owned::cand_lower_bound, value)});
         m.push_back({"negative cand_config", kReject, neg(&Owned::cand_config, value)});
     }
@@ -617,8 +629,8 @@ std::vector<Mutation> mutations() {
                      o.pos_offset = Array<int64_t>::make({}, 0);
                  }});
     const char* names[] = {"cand_scale", "cand_offset", "cand_lower_bound", "cand_mem_fixed",
-                           "cand_mem_per_param", "cand_g0", "cand_g1"};
-    for (int which = 0; which < 7; ++which)
+                           "cand_mem_per_param", "cand_g0", "cand_g1", "cand_head_scale"};
+    for (int which = 0; which < 8; ++which)
         for (int delta : {-1, 1}) {
             m.push_back({std::string(names[which]) + (delta > 0 ? " one longer" : " one shorter"), kReject, [which, delta](Owned& o, Rng&) {
                              const int64_t n = o.cand_config.shape[0] + delta;
@@ -629,7 +641,8 @@ std::vector<Mutation> mutations() {
                                  case 3: o.cand_mem_fixed.resize1(n, 0.0); break;
                                  case 4: o.cand_mem_per_param.resize1(n, 0.0); break;
                                  case 5: o.cand_g0.resize1(n, 0.0); break;
-                                 default: o.cand_g1.resize1(n, 0.0); break;
+                                 case 6: o.cand_g1.resize1(n, 0.0); break;
+                                 default: o.cand_head_scale.resize1(n, 0); break;
                              }
                          }});
         }
@@ -728,6 +741,17 @@ std::vector<Mutation> mutations() {
                      for (auto& x : o.send_ps.v) x = 0;
                      o.cand_g0.v[0] = o.cand_g1.v[0] = 0.0;
                  }});
+    m.push_back({"scale + head_scale overflows", kReject, [](Owned& o, Rng&) {
+                     single_candidate(o, 3, 2);
+                     o.cand_scale.v[0] = kMax;
+                     o.cand_head_scale.v[0] = 1;
+                     for (auto& x : o.time_ps.v) x = 0;
+                 }});
+    m.push_back({"head_scale * time overflows", kReject, [](Owned& o, Rng&) {
+                     single_candidate(o, 3, 2);
+                     o.cand_head_scale.v[0] = int64_t(1) << 40;
+                     for (auto& x : o.time_ps.v) x = int64_t(1) << 30;
+                 }});
     m.push_back({"offset INT64_MAX", kReject, [](Owned& o, Rng&) {
                      single_candidate(o, 3, 1);
                      o.cand_offset.v[0] = kMax;
@@ -795,6 +819,7 @@ Owned large_problem(Rng& rng) {
         o.cand_config.v[n] = rng.integer(0, C - 1);
         o.cand_scale.v[n] = rng.integer(1, 8);
         o.cand_offset.v[n] = rng.integer(0, 1000000);
+        o.cand_head_scale.v[n] = rng.chance(0.5) ? 0 : rng.integer(1, 40);
         o.cand_mem_fixed.v[n] = rng.uniform(0, 1e10);
         o.cand_mem_per_param.v[n] = rng.uniform(0, 16);
         o.cand_g0.v[n] = rng.uniform(0, 1e6);

@@ -17,14 +17,15 @@ Notation (one candidate = one intra-layer configuration with a fixed stage count
   ``M_k = sum(mem_params[i..j))`` must be ``<= capacity`` (evaluated in float64 in exactly
   this order). ``params`` and ``mem_params`` differ when parameter kinds are synchronised
   and sharded differently (MoE experts versus dense weights).
-* objective ``F = scale * max_k T_k + offset + G(max_k W_k)`` with ``offset`` the
-  split-independent part of the schedule's time (see :mod:`nest.pipeline`) and
-  ``G(w) = floor(g0 + g1 * w + 0.5)`` (picoseconds; the exposed data-parallel gradient
-  sync and optimizer step of the stage with the most parameters).
+* objective ``F = scale * max_k T_k + head_scale * H + offset + G(max_k W_k)`` with
+  ``H = max_{k < p-1} T_k`` (0 when ``p = 1``) the slowest stage before the last one,
+  ``offset`` the split-independent part of the schedule's time (see :mod:`nest.pipeline`)
+  and ``G(w) = floor(g0 + g1 * w + 0.5)`` (picoseconds; the exposed data-parallel
+  gradient sync and optimizer step of the stage with the most parameters).
 
 Among splits with the smallest ``F`` the DP returns the one with the smallest
-``max T``, then the smallest ``max W``, then the lexicographically smallest vector of
-stage ends. Candidates are visited in the given order in chunks of ``CHUNK``; a
+``max T`` (``head_scale > 0``: the smallest ``H``), then the smallest ``max W`` (then the
+fastest last stage), then the lexicographically smallest vector of stage ends. Candidates are visited in the given order in chunks of ``CHUNK``; a
 candidate whose ``lower_bound`` exceeds the best objective of earlier chunks is pruned.
 The chunking makes the set of pruned candidates independent of the thread count.
 """
@@ -71,6 +72,7 @@ class DPProblem:
     cand_config: np.ndarray  # int64 [N]
     cand_scale: np.ndarray  # int64 [N], >= 0
     cand_offset: np.ndarray  # int64 [N], >= 0
+    cand_head_scale: np.ndarray  # int64 [N], >= 0
     cand_mem_fixed: np.ndarray  # float64 [N]
     cand_mem_per_param: np.ndarray  # float64 [N]
     cand_g0: np.ndarray  # float64 [N]
@@ -85,16 +87,17 @@ class DPProblem:
     def build(**arrays) -> "DPProblem":
         """Coerce arrays to the exact dtypes and layouts and check their shapes.
 
-        ``mem_params`` defaults to ``params`` and ``cand_offset`` to zeros.
+        ``mem_params`` defaults to ``params``, ``cand_offset`` and ``cand_head_scale`` to zeros.
         """
         arrays = dict(arrays)
         arrays.setdefault("mem_params", arrays["params"])
-        arrays.setdefault("cand_offset", np.zeros(len(arrays["cand_scale"]), dtype=np.int64))
+        for name in ("cand_offset", "cand_head_scale"):
+            arrays.setdefault(name, np.zeros(len(arrays["cand_scale"]), dtype=np.int64))
         spec = {
             "time_ps": (np.int64, 2), "params": (np.int64, 2), "mem_params": (np.int64, 2),
             "act_bytes": (np.int64, 2),
             "send_ps": (np.int64, 3), "cand_config": (np.int64, 1), "cand_scale": (np.int64, 1),
-            "cand_offset": (np.int64, 1),
+            "cand_offset": (np.int64, 1), "cand_head_scale": (np.int64, 1),
             "cand_mem_fixed": (np.float64, 1), "cand_mem_per_param": (np.float64, 1),
             "cand_g0": (np.float64, 1), "cand_g1": (np.float64, 1),
             "cand_lower_bound": (np.int64, 1), "pos_offset": (np.int64, 1),
@@ -126,8 +129,8 @@ class DPProblem:
         if self.send_ps.ndim != 3 or self.send_ps.shape[0] != configs or self.send_ps.shape[2] != nodes:
             raise ValueError("send_ps must have shape [configs, tiers, nodes]")
         n = self.cand_config.shape[0]
-        for name in ("cand_scale", "cand_offset", "cand_mem_fixed", "cand_mem_per_param", "cand_g0",
-                     "cand_g1", "cand_lower_bound"):
+        for name in ("cand_scale", "cand_offset", "cand_head_scale", "cand_mem_fixed",
+                     "cand_mem_per_param", "cand_g0", "cand_g1", "cand_lower_bound"):
             if getattr(self, name).shape != (n,):
                 raise ValueError(f"{name} must have one entry per candidate")
         if self.pos_offset.shape != (n + 1,) or self.pos_offset[0] != 0:
@@ -152,6 +155,8 @@ class DPProblem:
             raise ValueError("cand_scale must be non-negative")
         if (self.cand_offset < 0).any():
             raise ValueError("cand_offset must be non-negative")
+        if (self.cand_head_scale < 0).any():
+            raise ValueError("cand_head_scale must be non-negative")
         if (self.cand_lower_bound < 0).any():
             raise ValueError("cand_lower_bound must be non-negative")
         stages = np.diff(self.pos_offset)

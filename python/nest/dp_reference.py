@@ -10,6 +10,13 @@ non-decreasing functions of the split's ``(maxT, maxW)``, so an optimum lies on 
 Pareto front of ``(maxT, maxW)``. The front is walked from the smallest ``maxT``:
 ``t = minT(w_cap)``, then ``w = minW(t)`` is the point with that ``t``; the next point
 has ``maxW < w``. The walk stops as soon as no later point can beat the incumbent.
+
+With ``head_scale > 0`` the objective also reads ``H``, the slowest stage before the
+last one: ``head_scale * H + scale * max(H, T_last)`` is non-decreasing in
+``(H, W, T_last)``. For every value ``tau`` a last stage can take, the walk above runs
+over ``(H, W)`` among the splits whose last stage takes at most ``tau``, and each point
+is completed by its fastest last stage; the optimum is the best point of all walks (the
+C++ core skips most values of ``tau``).
 """
 
 from __future__ import annotations
@@ -54,11 +61,19 @@ class _Candidate:
         a = float(self.prefix_act[j] - self.prefix_act[i])
         return self.mem_fixed + self.mem_per_param * w + self.inflight[k] * a <= self.capacity
 
-    def allowed(self, k: int, i: int, j: int, t_cap: int, w_cap: int) -> bool:
-        return (self.stage_params(i, j) <= w_cap and self.stage_time(k, i, j) <= t_cap
-                and self.fits(k, i, j))
+    def allowed(self, k: int, i: int, j: int, t_cap: int, w_cap: int, l_cap: int | None = None) -> bool:
+        """Stage ``k`` may take nodes ``[i, j)`` (``l_cap``, default ``t_cap``: the time
+        cap of the last stage)."""
+        cap = t_cap if l_cap is None or k < self.p - 1 else l_cap
+        return self.stage_params(i, j) <= w_cap and self.stage_time(k, i, j) <= cap and self.fits(k, i, j)
 
-    def min_max(self, cost, t_cap: int, w_cap: int) -> int:
+    def head_time(self, k: int, i: int, j: int) -> int:
+        return self.stage_time(k, i, j) if k < self.p - 1 else 0
+
+    def last_time(self, k: int, i: int, j: int) -> int:
+        return self.stage_time(k, i, j) if k == self.p - 1 else 0
+
+    def min_max(self, cost, t_cap: int, w_cap: int, l_cap: int | None = None) -> int:
         """Smallest achievable max over stages of ``cost(k, i, j)`` under the caps."""
         best = [INF] * (self.nodes + 1)
         best[0] = -1  # "no stage yet": below any cost
@@ -67,7 +82,7 @@ class _Candidate:
             for j in range(k + 1, self.nodes - (self.p - 1 - k) + 1):
                 value = INF
                 for i in range(k, j):
-                    if best[i] == INF or not self.allowed(k, i, j, t_cap, w_cap):
+                    if best[i] == INF or not self.allowed(k, i, j, t_cap, w_cap, l_cap):
                         continue
                     value = min(value, max(best[i], cost(k, i, j)))
                 nxt[j] = value
@@ -80,19 +95,19 @@ class _Candidate:
     def min_params(self, t_cap: int) -> int:
         return self.min_max(lambda k, i, j: self.stage_params(i, j), t_cap, INF)
 
-    def lexicographic_ends(self, t_cap: int, w_cap: int) -> list[int]:
+    def lexicographic_ends(self, t_cap: int, w_cap: int, l_cap: int | None = None) -> list[int]:
         """The lexicographically smallest vector of stage ends under the caps."""
         completes = [[False] * (self.nodes + 1) for _ in range(self.p + 1)]
         completes[self.p][self.nodes] = True
         for k in range(self.p - 1, -1, -1):
             for i in range(self.nodes):
                 completes[k][i] = any(
-                    completes[k + 1][j] and self.allowed(k, i, j, t_cap, w_cap)
+                    completes[k + 1][j] and self.allowed(k, i, j, t_cap, w_cap, l_cap)
                     for j in range(i + 1, self.nodes + 1))
         ends, i = [], 0
         for k in range(self.p):
             j = next(j for j in range(i + 1, self.nodes + 1)
-                     if completes[k + 1][j] and self.allowed(k, i, j, t_cap, w_cap))
+                     if completes[k + 1][j] and self.allowed(k, i, j, t_cap, w_cap, l_cap))
             ends.append(j)
             i = j
         return ends
@@ -103,6 +118,8 @@ def solve_candidate(problem: DPProblem, n: int) -> tuple[int, int, int, list[int
     cand = _Candidate(problem, n)
     scale, offset = int(problem.cand_scale[n]), int(problem.cand_offset[n])
     g0, g1 = float(problem.cand_g0[n]), float(problem.cand_g1[n])
+    if int(problem.cand_head_scale[n]) > 0:
+        return _solve_split_last(cand, scale, int(problem.cand_head_scale[n]), offset, g0, g1)
     w_floor = cand.min_params(INF)
     if w_floor == INF:
         return None
@@ -121,6 +138,33 @@ def solve_candidate(problem: DPProblem, n: int) -> tuple[int, int, int, list[int
             break
     objective, t, w = best
     return objective, t, w, cand.lexicographic_ends(t, w)
+
+
+def _solve_split_last(cand: _Candidate, scale: int, head_scale: int, offset: int, g0: float,
+                      g1: float) -> tuple[int, int, int, list[int]] | None:
+    """``solve_candidate`` for ``head_scale > 0``: every walk, key ``(F, H, W, T_last)``."""
+    def stage_params(k, i, j):
+        return cand.stage_params(i, j)
+
+    last = cand.p - 1
+    taus = sorted({cand.stage_time(last, i, cand.nodes) for i in range(last, cand.nodes)})
+    best = None
+    for tau in taus:
+        w_cap = INF
+        while True:
+            t = cand.min_max(cand.head_time, INF, w_cap, tau)
+            if t == INF:
+                break
+            w = cand.min_max(stage_params, t, INF, tau)
+            t_last = cand.min_max(cand.last_time, t, w, tau)
+            objective = head_scale * t + scale * max(t, t_last) + offset + sync_time(g0, g1, w)
+            if best is None or (objective, t, w, t_last) < best:
+                best = (objective, t, w, t_last)
+            w_cap = w - 1
+    if best is None:
+        return None
+    objective, t, w, t_last = best
+    return objective, max(t, t_last), w, cand.lexicographic_ends(t, w, t_last)
 
 
 def solve(problem: DPProblem) -> DPResult:
@@ -158,6 +202,7 @@ def brute_force(problem: DPProblem, n: int) -> tuple[int, int, int, list[int]] |
 
     cand = _Candidate(problem, n)
     scale, offset = int(problem.cand_scale[n]), int(problem.cand_offset[n])
+    head_scale = int(problem.cand_head_scale[n])
     g0, g1 = float(problem.cand_g0[n]), float(problem.cand_g1[n])
     best = None
     for cuts in combinations(range(1, cand.nodes), cand.p - 1):
@@ -165,12 +210,14 @@ def brute_force(problem: DPProblem, n: int) -> tuple[int, int, int, list[int]] |
         starts = [0] + list(cuts)
         if not all(cand.fits(k, i, j) for k, (i, j) in enumerate(zip(starts, ends))):
             continue
-        t = max(cand.stage_time(k, i, j) for k, (i, j) in enumerate(zip(starts, ends)))
+        times = [cand.stage_time(k, i, j) for k, (i, j) in enumerate(zip(starts, ends))]
+        t, head = max(times), max(times[:-1], default=0)
         w = max(cand.stage_params(i, j) for i, j in zip(starts, ends))
-        key = (scale * t + offset + sync_time(g0, g1, w), t, w, ends)
+        objective = scale * t + head_scale * head + offset + sync_time(g0, g1, w)
+        key = (objective, t, w, [], ends) if head_scale == 0 else (objective, head, w, [times[-1]], ends)
         if best is None or key < best:
             best = key
-    return best
+    return None if best is None else (best[0], max([best[1], *best[3]]), best[2], best[4])
 
 
 def stage_details(problem: DPProblem, n: int, ends: list[int]) -> list[dict]:

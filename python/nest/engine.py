@@ -47,7 +47,7 @@ def solve(problem: DPProblem, engine: str = "cpp", threads: int | None = None) -
     # Only the layout is fixed up here; a wrong dtype is reported by the core.
     arrays = [np.ascontiguousarray(a) for a in (
         p.time_ps, p.params, p.mem_params, p.act_bytes, p.send_ps, p.cand_config, p.cand_scale,
-        p.cand_offset,
+        p.cand_offset, p.cand_head_scale,
         p.cand_mem_fixed, p.cand_mem_per_param, p.cand_g0, p.cand_g1, p.cand_lower_bound,
         p.pos_offset, p.pos_inflight, p.pos_tier)]
     status, objective, max_time, max_params, ends, best = _core().solve(

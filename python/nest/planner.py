@@ -10,9 +10,11 @@ the incumbent is still solved, so ties are seen).
 1. **Partials** (everything but the ZeRO stage and the rank order) are enumerated in
    chunks (:class:`~nest.space.PartialSpace`). The memory filter is the historical one
    (the most frugal sharding). ``lb1`` bounds every candidate of a partial:
-   ``scale x max(ceil((sum t + 2 (P - 1) s) / P), max t + s) + fill`` with ``P = p v`` and
-   the closed form's ``scale`` (:mod:`nest.pipeline`; for 1F1B ``fill = sum t + 2 (P - 1)
-   s`` bounds its split-independent sum of stage times, else 0),
+   :func:`nest.pipeline.stage_floor` of a stage sum ``sum t + 2 (P - 1) s`` and a slowest
+   stage ``max t + s`` (for 1F1B ``scale x max(ceil(stage sum / P), max t + s)``), plus
+   ``fill``, with ``P = p v`` and the closed form's scales (:mod:`nest.pipeline`; for
+   1F1B ``fill = sum t + 2 (P - 1) s`` bounds its split-independent sum of stage times,
+   else 0),
    node times ``t`` whose communication terms are floors (below), ZeRO-2/3 traffic and the
    end-of-step sync left out (both >= 0), and ``s`` the cheapest send of any node's output
    on any tier. One pass keeps at least ``KEEP`` partials with the smallest ``lb1``;
@@ -42,9 +44,11 @@ Why the bounds are valid:
 * *Split*: for any split into ``P`` stages, ``sum_k T_k = sum of node times + 2 x sum over
   boundaries of the send of the boundary node`` (the stage before sends its output
   forward, the stage after sends the gradient back, both on the boundary's tier), so
-  ``max_k T_k >= ceil(sum_k T_k / P)``; the stage holding the slowest node also sends at
-  least once when ``P > 1``. The heaviest stage has ``W >= max(ceil(sum W / P), max node
-  W)``. The objective ``scale x max T + offset + G(max W)`` is monotone in both.
+  ``max_k T_k >= ceil(sum_k T_k / P)`` (interleaved: :func:`nest.pipeline.stage_floor`
+  bounds ``scale x max T + head_scale x H`` from the same sum); the stage holding the
+  slowest node also sends at least once when ``P > 1``. The heaviest stage has
+  ``W >= max(ceil(sum W / P), max node W)``. The objective
+  ``scale x max T + head_scale x H + offset + G(max W)`` is monotone in all of them.
 
 Batches are formed from the data and the incumbent only, never from thread timing, and
 the DP's result does not depend on the thread count: the search is deterministic.
@@ -149,12 +153,12 @@ def _send_floors(scn: Scenario, table: ConfigTable) -> np.ndarray:
     return np.minimum.accumulate(cheapest[:, ::-1], axis=1)[:, ::-1]
 
 
-def _time_floor(t_sum, t_max, positions, send):
-    """Largest stage time of any split into ``positions`` stages, at least: the mean of
-    the stage times (which include two sends per boundary) and the stage of the slowest
-    node (which sends at least once when there are several stages)."""
+def _stage_floors(t_sum, t_max, positions, send):
+    """Lower bounds on the sum of the stage times of any split into ``positions`` stages
+    (the node times and two sends per boundary) and on its slowest stage (the one of the
+    slowest node, which sends at least once when there are several stages)."""
     send = np.where(positions > 1, send, 0)
-    return np.maximum(_ceil_div(t_sum + 2 * (positions - 1) * send, positions), t_max + send)
+    return t_sum + 2 * (positions - 1) * send, t_max + send
 
 
 def _sync_floor(g0, g1, w_sum, w_max, positions):
@@ -182,7 +186,7 @@ def _partial_bound_of(scn: Scenario, table: ConfigTable, c, p, dp, v, orders: tu
                                         table.arrays.micro_batch], axis=1)
     t_sum, t_max, send, micro_batch = table._cache["lb1"][c].T
     m = scn.job.micro_batches(dp, micro_batch)
-    return pipeline.time_bound(m, v, p, t_sum, _time_floor(t_sum, t_max, p * v, send), send)
+    return pipeline.time_bound(m, v, p, t_sum, *_stage_floors(t_sum, t_max, p * v, send), send)
 
 
 def _candidate_bound(scn: Scenario, table: ConfigTable, cands: CandidateArrays) -> np.ndarray:
@@ -201,8 +205,8 @@ def _candidate_bound(scn: Scenario, table: ConfigTable, cands: CandidateArrays) 
     g = _sync_floor(sync["fixed_s"] * PS, cands.vp.astype(np.float64), _config_sums(scn, weights),
                     weights.max(axis=1), positions)
     t_sum = _config_sums(scn, kinds)
-    t_floor = _time_floor(t_sum, kinds.max(axis=1), positions, send)
-    return pipeline.time_bound(micro, cands.vp, cands.pp, t_sum, t_floor, send) + g
+    floors = _stage_floors(t_sum, kinds.max(axis=1), positions, send)
+    return pipeline.time_bound(micro, cands.vp, cands.pp, t_sum, *floors, send) + g
 
 
 def _table_bound(rows: dict) -> np.ndarray:
@@ -222,10 +226,10 @@ def _table_bound(rows: dict) -> np.ndarray:
     np.minimum.at(send_min, owner[boundary], sends)
     send_min = np.where(positions > 1, send_min, 0)
     time_ps, params = rows["time_ps"], rows["params"]
-    t_floor = np.maximum(_ceil_div(time_ps.sum(axis=1) + 2 * send_sum, positions),
-                         time_ps.max(axis=1) + send_min)
+    floor = pipeline.stage_floor(rows["scale"], rows["head_scale"], positions,
+                                 time_ps.sum(axis=1) + 2 * send_sum, time_ps.max(axis=1) + send_min)
     g = _sync_floor(rows["g0"], rows["g1"], params.sum(axis=1), params.max(axis=1), positions)
-    return rows["scale"] * t_floor + rows["offset"] + g
+    return floor + rows["offset"] + g
 
 
 def _cheap(scn: Scenario, table: ConfigTable, partials: Partials, index: np.ndarray,
@@ -257,7 +261,8 @@ def _build_problem(scn: Scenario, rows: dict, capacity: float | None = None) -> 
     return DPProblem.build(
         time_ps=rows["time_ps"], params=rows["params"], mem_params=rows["mem_params"],
         act_bytes=rows["act_bytes"], send_ps=rows["send_ps"], cand_config=np.arange(len(rows["scale"])),
-        cand_scale=rows["scale"], cand_offset=rows["offset"], cand_mem_fixed=rows["mem_fixed"],
+        cand_scale=rows["scale"], cand_offset=rows["offset"], cand_head_scale=rows["head_scale"],
+        cand_mem_fixed=rows["mem_fixed"],
         cand_mem_per_param=rows["mem_per_param"], cand_g0=rows["g0"], cand_g1=rows["g1"],
         cand_lower_bound=_table_bound(rows), pos_offset=rows["pos_offset"],
         pos_inflight=rows["pos_inflight"], pos_tier=rows["pos_tier"],
@@ -270,7 +275,8 @@ def _select(rows: dict, keep: np.ndarray) -> dict:
     positions = np.diff(offset)
     position_keep = np.repeat(keep, positions)
     out = {name: rows[name][keep] for name in ("time_ps", "params", "mem_params", "act_bytes", "send_ps",
-                                               "scale", "offset", "mem_fixed", "mem_per_param", "g0", "g1")}
+                                               "scale", "head_scale", "offset", "mem_fixed",
+                                               "mem_per_param", "g0", "g1")}
     out["pos_inflight"] = rows["pos_inflight"][position_keep]
     out["pos_tier"] = rows["pos_tier"][position_keep]
     out["pos_offset"] = np.concatenate(([0], np.cumsum(positions[keep]))).astype(np.int64)

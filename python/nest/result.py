@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import engine as engines
+from . import pipeline
 from .dp_problem import DPProblem, sync_time
 from .dp_reference import stage_details
 from .layout import RankPlacement, rank_placement
@@ -107,7 +108,8 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
     t_max = max(d["time_ps"] for d in details)
     w_max = max(d["params"] for d in details)
     sync_ps = sync_time(float(problem.cand_g0[local]), float(problem.cand_g1[local]), w_max)
-    pipeline_ps = int(problem.cand_scale[local]) * t_max + int(problem.cand_offset[local])
+    pipeline_ps = pipeline.pipeline_ps(problem.cand_scale[local], problem.cand_head_scale[local],
+                                       problem.cand_offset[local], [d["time_ps"] for d in details])
     step_ps = pipeline_ps + sync_ps
     step = step_ps / PS
 
@@ -115,7 +117,13 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
     kinds = scn.kinds
     slowest = next(d for d in details if d["time_ps"] == t_max)
     nodes = range(slowest["start"], slowest["end"])
+    # the busiest rank's steady work in units of the slowest stage: m v stages (1F1B, or
+    # chunks padded to the slowest); with the last chunk priced apart, v - 1 chunks at
+    # the slowest earlier one and the last one
+    head_ps = max((d["time_ps"] for d in details[:-1]), default=0)
     steady = micro_batches * v
+    if v > 1 and t_max > 0:
+        steady = micro_batches * ((v - 1) * head_ps + t_max) / t_max
     causes = {c: steady * sum(getattr(times[kinds[i]], c) for i in nodes)
               for c in ("compute", "tp_comm", "cp_comm", "ep_comm", "dp_comm")}
     node_ps = int(problem.time_ps[local, slowest["start"]:slowest["end"]].sum())

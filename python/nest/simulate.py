@@ -49,11 +49,12 @@ and ``m >= p`` the simulated pipeline takes exactly ``(m - 1) T_max + sum T`` (s
 split their time between forward and backward alike); an earlier bottleneck overlaps part
 of the fill and drain, so the simulation is faster (nest's own plans on the presets: within
 1.5%), and with ``m < p`` Megatron runs all forwards first (faster still). Interleaved:
-when every virtual stage has the same per-micro-batch time the pipeline takes exactly
-``(m v + p - 1) T_max`` (:func:`pad_to_slowest` reproduces it to rounding); otherwise the
+when every virtual stage before the last has the same per-micro-batch time ``H`` the
+pipeline takes exactly ``m ((v - 1) H + max(H, T_last)) + (p - 1) H`` for a last stage at
+least as slow (:func:`pad_to_closed_form` reproduces it to rounding); otherwise the
 simulation is faster, because a rank's steady-state load is the sum of its own chunks,
-not ``v x`` the slowest chunk, and the fill and drain cost the other stages' own times --
-the exact form is not a chain DP. The end-of-step sync of a rank covers its own chunks
+not ``v - 1`` times the slowest chunk, and the fill and drain cost the other stages' own
+times -- the exact form is not a chain DP. The end-of-step sync of a rank covers its own chunks
 (the closed form: ``v x`` the heaviest) and starts when that rank is done. Stages that
 split forward and backward very differently can make either schedule slower than the
 closed form (not the case for transformer plans).
@@ -426,21 +427,30 @@ def _zero3_gather_excess(scn, cand, cost, place) -> tuple[float, float]:
     return fwd, rec
 
 
-def pad_to_slowest(stages: Sequence[StageTasks]) -> list[StageTasks]:
-    """Every virtual stage made as slow as the slowest one, the way the closed form sees
-    an interleaved pipeline: each stage's forward plus forward send, and its recompute,
-    backward plus backward send, become those of the slowest stage (its own sends are
-    kept and its compute absorbs the difference). The simulation of such a pipeline
-    takes exactly ``(m v + p - 1) x T_max``."""
-    slowest = max(stages, key=lambda s: s.time_s)
+def _padded(stage: StageTasks, slowest: StageTasks) -> StageTasks:
+    """``stage`` as slow as ``slowest``: its forward plus forward send, and its recompute,
+    backward plus backward send, become those of ``slowest`` (its own sends are kept and
+    its compute absorbs the difference)."""
     forward_side = slowest.forward_s + slowest.send_forward_s
     backward_side = slowest.recompute_s + slowest.backward_s + slowest.send_backward_s
-    return [replace(s, forward_s=max(0.0, forward_side - s.send_forward_s),
-                    recompute_s=slowest.recompute_s,
-                    backward_s=max(0.0, backward_side - slowest.recompute_s - s.send_backward_s),
-                    forward_comm_s=slowest.forward_comm_s, recompute_comm_s=slowest.recompute_comm_s,
-                    backward_comm_s=slowest.backward_comm_s)
-            for s in stages]
+    return replace(stage, forward_s=max(0.0, forward_side - stage.send_forward_s),
+                   recompute_s=slowest.recompute_s,
+                   backward_s=max(0.0, backward_side - slowest.recompute_s - stage.send_backward_s),
+                   forward_comm_s=slowest.forward_comm_s, recompute_comm_s=slowest.recompute_comm_s,
+                   backward_comm_s=slowest.backward_comm_s)
+
+
+def pad_to_closed_form(stages: Sequence[StageTasks]) -> list[StageTasks]:
+    """The interleaved pipeline the closed form prices: every virtual stage before the
+    last made as slow as the slowest of them (``H``), the last one as slow as ``H`` when it
+    is faster. Its simulation takes exactly ``m ((v - 1) H + max(H, T_last)) + (p - 1) H``
+    (:mod:`nest.pipeline`)."""
+    if len(stages) < 2:
+        return list(stages)
+    head = max(stages[:-1], key=lambda s: s.time_s)
+    last = stages[-1]
+    padded_last = last if last.time_s >= head.time_s else _padded(last, head)
+    return [_padded(s, head) for s in stages[:-1]] + [padded_last]
 
 
 def end_tasks(scn: Scenario, cand: Candidate, layers_per_stage: Sequence[int],
@@ -513,7 +523,8 @@ def simulate_candidate(scn: Scenario, cand: Candidate, layers_per_stage: Sequenc
                        sync: str = "device") -> SimResult:
     """Simulate one step of ``cand`` with virtual stages of ``layers_per_stage`` nodes.
 
-    ``pad=True`` slows every stage to the slowest (:func:`pad_to_slowest`) and
+    ``pad=True`` slows the stages the way the closed form sees them
+    (:func:`pad_to_closed_form`) and
     ``sync="heaviest"`` syncs ``v x`` the heaviest chunk on every rank: with both, the
     simulation prices exactly what the closed form assumes (a diagnostic).
     """
@@ -523,7 +534,7 @@ def simulate_candidate(scn: Scenario, cand: Candidate, layers_per_stage: Sequenc
                          f"summing to {scn.num_nodes}")
     stages = stage_tasks(scn, cand, layers)
     if pad:
-        stages = pad_to_slowest(stages)
+        stages = pad_to_closed_form(stages)
     result = simulate_schedule(stages, cand.pp, scn.micro_batches(cand),
                                end_tasks(scn, cand, layers, sync), closed_form_s)
     return replace(result, labels=tuple(f"stage {d}" for d in range(cand.pp)))
