@@ -142,7 +142,7 @@ def test_joint_expert_search_beats_every_fixed_ep():
     finds each scenario's best."""
     model = MODELS["qwen3-30b-a3b"]
     job = JobSpec(global_batch=256, seq_len=4096)
-    scenarios = [nest.load_cluster("dgx-a100", devices=n) for n in (16, 256)]
+    scenarios = [nest.load_cluster("dgx-a100", devices=n) for n in (16, 512)]
     joint = [nest.plan(model, c, job) for c in scenarios]
     assert len({p.parallelism["ep"] for p in joint}) == 2
     for ep in (1, 2, 4, 8, 16):

@@ -819,7 +819,10 @@ Owned large_problem(Rng& rng) {
         o.cand_config.v[n] = rng.integer(0, C - 1);
         o.cand_scale.v[n] = rng.integer(1, 8);
         o.cand_offset.v[n] = rng.integer(0, 1000000);
-        o.cand_head_scale.v[n] = rng.chance(0.5) ? 0 : rng.integer(1, 40);
+        // interleaved candidates: v = 2 or 4 virtual stages per rank, the closed form's
+        // factors (scale m, head_scale m (v - 1) + p - 1)
+        const int64_t v = p % 4 == 0 && rng.chance(0.5) ? 4 : 2;
+        o.cand_head_scale.v[n] = p % v || rng.chance(0.5) ? 0 : o.cand_scale.v[n] * (v - 1) + p / v - 1;
         o.cand_mem_fixed.v[n] = rng.uniform(0, 1e10);
         o.cand_mem_per_param.v[n] = rng.uniform(0, 16);
         o.cand_g0.v[n] = rng.uniform(0, 1e6);
