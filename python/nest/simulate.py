@@ -1,8 +1,8 @@
 """An event-driven simulation of one training step of a plan.
 
 The stage DP prices a step with a closed form (:mod:`nest.pipeline`): 1F1B ``(m - 1) x
-slowest stage + sum of the stage times``, interleaved ``(m v + p - 1) x slowest virtual
-stage``, plus the exposed DP sync and optimizer step of the heaviest stage. This module
+slowest stage + sum of the stage times``, interleaved ``m ((v - 1) H + max(H, T_last)) +
+(p - 1) H`` (``H`` the slowest virtual stage before the last one), plus the exposed DP sync and optimizer step of the heaviest stage. This module
 checks it along an independent path: it builds the tasks of one step and lets them run
 on their devices and links in the order Megatron-LM issues them.
 
