@@ -135,8 +135,8 @@ def megatron_layouts(models, devices: int = 512) -> list[str]:
     out = [f"## Megatron interleaved layouts ({devices} x dgx-h100)", "",
            f"{within}/{len(rows)} within 1%, largest {max(r[-1] for r in rows) * 100:.2f}%, "
            f"simulated <= closed form in {sum(r[-1] >= -1e-9 for r in rows)}/{len(rows)}. The rest: "
-           "the embedding's chunk padded to the slowest chunk and every rank syncing v x the "
-           "heaviest chunk when the pipeline ends.", "",
+           "the other chunks padded to the embedding's (the slowest before the last) and every "
+           "rank syncing v x the heaviest chunk when the pipeline ends.", "",
            "| model | pp | v | m | closed form (s) | simulated (s) | difference |",
            "|---|---:|---:|---:|---:|---:|---:|"]
     for model, pp, vp, m, closed, simulated, rel in rows:
