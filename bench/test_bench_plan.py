@@ -3,6 +3,8 @@
 * ``nest plan --model gpt3-175b --cluster dgx-a100 --devices 1024``: solve time < 1 s.
 * The C++ DP >= 100x faster than the Python reference on identical tables.
 * Growth of the solve time from 64 to 16384 devices.
+* Interleaved candidates: the DP with the last virtual stage priced apart against the
+  same candidates under SC'21's ``(m v + p - 1) x slowest`` (one max).
 """
 
 import numpy as np
@@ -26,13 +28,14 @@ def test_plan_gpt3_dgx_a100(benchmark, devices):
     benchmark.extra_info["parallelism"] = plan.parallelism
 
 
-def _identical_tables(count: int = 64):
-    """``count`` pipelined candidates (pp >= 4) of gpt-1.7b on 64 A100s, with pruning
-    disabled so both engines solve every one."""
+def _identical_tables(count: int = 64, interleaved: bool = False):
+    """``count`` pipelined candidates (pp >= 4; 1F1B or interleaved) of gpt-1.7b on 64
+    A100s, with pruning disabled so every engine solves every one."""
     model, cluster = nest.load_model("gpt-1.7b"), nest.load_cluster("dgx-a100", devices=64)
     scn = Scenario(model, cluster, JobSpec(global_batch=512, seq_len=2048))
     partials = enumerate_partials(model, cluster, scn.job, scn.num_nodes)
-    index = np.flatnonzero((partials.pp >= 4) & (partials.vp == 1))[:count]
+    schedule = partials.vp > 1 if interleaved else partials.vp == 1
+    index = np.flatnonzero((partials.pp >= 4) & schedule)[:count]
     problem = _problem(scn, expand(partials, index)[:count])
     from dataclasses import replace
     return replace(problem, cand_lower_bound=np.zeros_like(problem.cand_lower_bound))
@@ -46,3 +49,16 @@ def test_dp_engines_identical_tables(benchmark, which):
     rounds = 1 if name == "python" else 20
     result = benchmark.pedantic(engine.solve, args=(problem, name, threads), rounds=rounds, iterations=1)
     assert result.evaluated == 64
+
+
+@pytest.mark.parametrize("objective", ["last-apart", "one-max"])
+def test_dp_interleaved_objective(benchmark, objective):
+    from dataclasses import replace
+    problem = _identical_tables(interleaved=True)
+    assert (problem.cand_head_scale > 0).all()
+    if objective == "one-max":  # (m v + p - 1) x slowest virtual stage
+        problem = replace(problem, cand_scale=problem.cand_scale + problem.cand_head_scale,
+                          cand_head_scale=np.zeros_like(problem.cand_head_scale))
+    benchmark.group = "stage DP, 64 interleaved candidates of gpt-1.7b (C++, 1 thread)"
+    result = benchmark.pedantic(engine.solve, args=(problem, "cpp", 1), rounds=20, iterations=1)
+    assert result.evaluated == len(problem.cand_scale)
