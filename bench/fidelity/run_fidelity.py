@@ -7,11 +7,11 @@ with Megatron's split of layers into (virtual) pipeline stages (equal blocks, th
 embedding on the first and the output layer on the last stage), on its cluster with
 :func:`nest.network.calibrated_cluster` (NCCL bus bandwidths and latencies). Columns:
 
-* **nest**: the closed-form step time ``nest evaluate`` reports (what the planner ranks);
+* **nest**: the closed-form step time ``nest evaluate`` reports (what the planner ranks),
+  nest's defaults: no communication overlap;
 * **sim**: ``nest evaluate --simulate`` (event-driven replay of the same plan);
-* **overlap**: a *prototype of phase 2, not nest's model*: the closed form minus the
-  communication the run overlapped (see :func:`hidden_communication`); **sim+overlap**
-  the simulated step minus the same seconds;
+* **overlap**: the closed form with the overlap switches the run used
+  (:func:`overlap_switches`);
 * **raw network**: the closed form without the NCCL efficiency layer (nominal tier
   bandwidths and latencies), for comparison.
 
@@ -57,9 +57,20 @@ def megatron_split(layers: int, pp: int, vp: int) -> list[int]:
     return split
 
 
-def job_of(point: Point) -> JobSpec:
+def overlap_switches(point: Point) -> dict:
+    """The :class:`~nest.specs.JobSpec` overlap switches of the run: ``dp`` (torch DDP's or
+    Megatron's overlapped gradient reduction, and with a distributed optimizer the
+    overlapped weight gather), ``tp`` (Transformer Engine's TP communication overlap).
+    The point-to-point overlap of NeMo's pipelines (``pp``) is not modelled."""
+    dp = "dp" in point.overlaps
+    return {"overlap_grad_reduce": dp, "overlap_param_gather": dp and point.zero >= 1,
+            "tp_comm_overlap": "tp" in point.overlaps and point.tp > 1}
+
+
+def job_of(point: Point, overlap: bool = False) -> JobSpec:
     return JobSpec(point.global_batch, point.seq_len, dtype=point.dtype,
-                   optimizer=OptimizerSpec(grad_bytes=point.grad_bytes), flash_attention=point.flash)
+                   optimizer=OptimizerSpec(grad_bytes=point.grad_bytes), flash_attention=point.flash,
+                   **(overlap_switches(point) if overlap else {}))
 
 
 def timing_cluster(point: Point, efficiency=NCCL_EFFICIENCY):
@@ -67,58 +78,13 @@ def timing_cluster(point: Point, efficiency=NCCL_EFFICIENCY):
     return replace(cluster, device=replace(cluster.device, memory_bytes=UNLIMITED))
 
 
-def evaluate(point: Point, efficiency=NCCL_EFFICIENCY, **overrides):
+def evaluate(point: Point, efficiency=NCCL_EFFICIENCY, overlap: bool = False, **overrides):
     """``nest.evaluate`` of the point's published configuration (fields overridable)."""
     p = replace(point, **overrides) if overrides else point
     cluster = timing_cluster(p, efficiency)
-    return nest.evaluate(p.model, cluster, job_of(p), tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp,
+    return nest.evaluate(p.model, cluster, job_of(p, overlap), tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp,
                          micro_batch=p.mbs, recompute=p.recompute, sp=p.sp, zero=p.zero, vp=p.vp,
                          layers_per_stage=megatron_split(p.model.num_layers, p.pp, p.vp))
-
-
-def overlap_prototype(plan, point: Point) -> float:
-    """The closed-form step time minus :func:`hidden_communication`."""
-    return plan.step_time_s - hidden_communication(plan, point)
-
-
-def hidden_communication(plan, point: Point) -> float:
-    """PHASE-2 PROTOTYPE (post-processing of the plan's breakdown, not nest's model): the
-    seconds of communication the run overlapped with compute.
-
-    ``m`` micro-batches, ``v`` virtual stages per rank, ``p`` stages; ``scale = (m v + p -
-    1) / (m v)`` turns per-step steady-state seconds into seconds of the closed form.
-
-    * ``tp``: Transformer Engine's userbuffers overlap splits each sequence-parallel
-      all-gather / reduce-scatter into ``tp`` chunks pipelined with the GEMM they feed;
-      one chunk stays exposed: hidden ``= tp_comm x scale x (tp - 1) / tp``.
-    * ``dp``: the gradient reduce-scatter (all-reduce without the distributed optimizer)
-      runs bucket by bucket during the last micro-batch's backward and the parameter
-      all-gather during the next step's first forward: hidden ``= min(RS, backward of one
-      micro-batch) + min(AG, forward of one micro-batch)``, with RS : AG in proportion to
-      the gradient and weight bytes and a micro-batch's forward (backward) one third (two
-      thirds) of the stage's compute per micro-batch.
-    * ``pp``: Megatron overlaps the point-to-point sends of the steady state with
-      compute: hidden ``= pp_comm x scale``.
-    """
-    b = plan.breakdown_s
-    par = plan.parallelism
-    m, v, p = par["num_microbatches"], par["vp"], par["pp"]
-    scale = (m * v + p - 1) / (m * v)
-    hidden = 0.0
-    if "tp" in point.overlaps and point.tp > 1:
-        hidden += b["tp_comm"] * scale * (point.tp - 1) / point.tp
-    if "pp" in point.overlaps:
-        hidden += b["pp_comm"] * scale
-    if "dp" in point.overlaps:
-        per_mb = b["compute"] / m  # one micro-batch through all of a rank's virtual stages
-        wb = 4 if point.dtype == "fp32" else 2
-        if point.zero == 0:
-            rs, ag = b["dp_comm"], 0.0
-        else:
-            rs = b["dp_comm"] * point.grad_bytes / (point.grad_bytes + wb)
-            ag = b["dp_comm"] - rs
-        hidden += min(rs, per_mb * 2 / 3) + min(ag, per_mb / 3)
-    return hidden
 
 
 @dataclass
@@ -127,8 +93,7 @@ class Row:
     measured: float
     nest: float
     sim: float
-    overlap: float
-    sim_overlap: float  # simulated minus the same hidden communication
+    overlap: float  # closed form with the run's overlap switches
     raw: float  # closed form without the NCCL efficiency layer
     breakdown: dict
 
@@ -142,9 +107,8 @@ def run_point(point: Point) -> Row:
     cluster = timing_cluster(point)
     sim = simulate(plan, point.model, cluster, job_of(point)).step_time_s
     raw = evaluate(point, RAW_EFFICIENCY).step_time_s
-    hidden = hidden_communication(plan, point)
-    return Row(point, point.measured_step_s, plan.step_time_s, sim, plan.step_time_s - hidden, sim - hidden,
-               raw, dict(plan.breakdown_s))
+    overlap = evaluate(point, overlap=True).step_time_s
+    return Row(point, point.measured_step_s, plan.step_time_s, sim, overlap, raw, dict(plan.breakdown_s))
 
 
 # -- statistics ---------------------------------------------------------------------------
@@ -250,27 +214,32 @@ def pct(x: float) -> str:
 
 
 def time_table(rows: list[Row]) -> list[str]:
-    lines = ["| source | configuration | reported | measured s | nest s | err | sim s | err "
-             "| overlap* s | err | sim+overlap* s | err | tokens/s/GPU meas / nest | TFLOP/s/GPU meas / nest |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| source | configuration | run's overlap | reported | measured s | nest s | err | sim s | err "
+             "| overlap s | err | tokens/s/GPU meas / nest | TFLOP/s/GPU meas / nest |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         p = r.point
         tok_m, tok_p = p.tokens / (r.measured * p.gpus), p.tokens / (r.nest * p.gpus)
         tf_m, tf_p = p.flops_per_token * tok_m / 1e12, p.flops_per_token * tok_p / 1e12
         mark = "" if p.headline else " (exploratory)"
-        lines.append(f"| {p.source} | {p.label}{mark} | {p.reported} | {r.measured:.3f} | {r.nest:.3f} | "
-                     f"{pct(Row.err(r.nest, r.measured))} | {r.sim:.3f} | {pct(Row.err(r.sim, r.measured))} | "
-                     f"{r.overlap:.3f} | {pct(Row.err(r.overlap, r.measured))} | {r.sim_overlap:.3f} | "
-                     f"{pct(Row.err(r.sim_overlap, r.measured))} | {tok_m:.0f} / {tok_p:.0f} | "
+        switches = overlap_switches(p)
+        flags = ", ".join(SHORT[k] for k, on in switches.items() if on) or "none"
+        lines.append(f"| {p.source} | {p.label}{mark} | {flags} | {p.reported} | {r.measured:.3f} | "
+                     f"{r.nest:.3f} | {pct(Row.err(r.nest, r.measured))} | {r.sim:.3f} | "
+                     f"{pct(Row.err(r.sim, r.measured))} | {r.overlap:.3f} | "
+                     f"{pct(Row.err(r.overlap, r.measured))} | {tok_m:.0f} / {tok_p:.0f} | "
                      f"{tf_m:.0f} / {tf_p:.0f} |")
     return lines
 
 
+SHORT = {"overlap_grad_reduce": "grad", "overlap_param_gather": "param", "tp_comm_overlap": "tp"}
+
+
 def stats_lines(rows: list[Row]) -> list[str]:
     head = [r for r in rows if r.point.headline]
-    lines = ["| set | points | MAE nest | worst nest | MAE sim | worst sim | MAE overlap* | worst overlap* "
-             "| MAE sim+overlap* | worst sim+overlap* | MAE nest, raw network |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| set | points | MAE nest | worst nest | MAE sim | worst sim | MAE overlap | worst overlap "
+             "| MAE nest, raw network |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     sets = [("all headline", head)] + [(s, [r for r in head if r.point.source == s]) for s in SOURCES]
     sets.append(("ZeRO-3 (exploratory)", [r for r in rows if not r.point.headline]))
     for name, subset in sets:
@@ -279,11 +248,10 @@ def stats_lines(rows: list[Row]) -> list[str]:
         n = summary(subset, "nest")
         s = summary(subset, "sim")
         o = summary(subset, "overlap")
-        so = summary(subset, "sim_overlap")
         w = summary(subset, "raw")
         lines.append(f"| {name} | {len(subset)} | {100 * n[0]:.1f}% | {100 * n[1]:.1f}% ({n[2]}) | "
                      f"{100 * s[0]:.1f}% | {100 * s[1]:.1f}% ({s[2]}) | {100 * o[0]:.1f}% | {100 * o[1]:.1f}% | "
-                     f"{100 * so[0]:.1f}% | {100 * so[1]:.1f}% | {100 * w[0]:.1f}% |")
+                     f"{100 * w[0]:.1f}% |")
     return lines
 
 
@@ -292,7 +260,7 @@ def ranking_lines(rows: list[Row]) -> list[str]:
     for r in rows:
         if r.point.group:
             groups.setdefault(f"{r.point.source} {r.point.group}", []).append(r)
-    lines = ["| group | configurations (measured s) | Spearman nest | Spearman sim | Spearman overlap* |",
+    lines = ["| group | configurations (measured s) | Spearman nest | Spearman sim | Spearman overlap |",
              "|---|---|---:|---:|---:|"]
     for name, rs in groups.items():
         if len(rs) < 2:
@@ -332,8 +300,10 @@ def main(argv=None) -> int:
     mem = memory_rows([p for p in POINTS if p.headline])
     report = ["# Prediction fidelity", "",
               "Generated by `python bench/fidelity/run_fidelity.py` (sources in `bench/fidelity/points.py`).",
-              "Errors are (predicted - measured) / measured iteration time. *overlap* is a phase-2 prototype "
-              "(communication the run overlapped removed by post-processing), not nest's model.", "",
+              "Errors are (predicted - measured) / measured iteration time. *nest* and *sim*: nest's "
+              "defaults (no communication overlap); *overlap*: the closed form with the overlap switches "
+              "the run used (grad: overlap_grad_reduce, param: overlap_param_gather, tp: tp_comm_overlap).",
+              "",
               "## Iteration time", ""] + time_table(rows) + ["", "## Summary", ""] + stats_lines(rows) + \
              ["", "## Ranking (same source, model and GPU count)", ""] + ranking_lines(rows) + \
              ["", "## Memory: nest vs Megatron-LM theoretical formulas (first stage, without the reserved "

@@ -67,6 +67,12 @@ def _add_scenario(parser: argparse.ArgumentParser, device_list: bool = False) ->
     parser.add_argument("--optimizer", default="adam", choices=("adam", "sgd"))
     parser.add_argument("--no-flash-attention", action="store_true",
                         help="model unfused attention (stores the s^2 softmax activations)")
+    for flag, what in (("--overlap-grad-reduce", "data-parallel gradient reduction with each node's backward"),
+                       ("--overlap-param-gather", "the sharded optimizer's weight all-gather with each "
+                                                  "node's next forward"),
+                       ("--tp-comm-overlap", "tensor-parallel collectives with the compute they feed")):
+        parser.add_argument(flag, action="store_true",
+                            help=f"overlap {what} (Megatron-LM's {flag}; default off, as there)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--engine", default="cpp", choices=("cpp", "python"),
                         help="stage DP implementation (python: the slow reference)")
@@ -137,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _scenario(args) -> dict:
     """Keyword arguments of plan/evaluate: model, cluster, job, and source/limits if measured."""
     from .loading import load_cluster, load_model
-    from .specs import JobSpec, OptimizerSpec
+    from .specs import OVERLAP_SWITCHES, JobSpec, OptimizerSpec
 
     if args.nest_instance:
         from .measured import instance_setup
@@ -178,7 +184,8 @@ def _scenario(args) -> dict:
         raise SpecError(f"global_batch: model {model.name} has no default; pass --global-batch")
     job = JobSpec(global_batch=batch, seq_len=args.seq_len or model.seq_len, dtype=args.dtype,
                   optimizer=OptimizerSpec.named(args.optimizer),
-                  flash_attention=not args.no_flash_attention)
+                  flash_attention=not args.no_flash_attention,
+                  **{name: getattr(args, name) for name in OVERLAP_SWITCHES})
     return {"model": model, "cluster": cluster, "job": job, "source": source, "limits": limits}
 
 

@@ -199,9 +199,7 @@ def _candidate_bound(scn: Scenario, table: ConfigTable, cands: CandidateArrays) 
     send = table._cache["sends"][cands.config, scn.boundary_floor(table, cands)]
     micro = scn.job.micro_batches(cands.dp, table.arrays.micro_batch[cands.config])
     sync = scn.sync_columns(cands, terms)
-    dense = table.cols["params_dense"][cands.config].astype(np.float64)
-    expert = table.cols["params_expert"][cands.config].astype(np.float64)
-    weights = to_ps(sync["dense"][:, None] * dense + sync["expert"][:, None] * expert)
+    weights = to_ps(scn.sync_weights(table, cands, terms))
     g = _sync_floor(sync["fixed_s"] * PS, cands.vp.astype(np.float64), _config_sums(scn, weights),
                     weights.max(axis=1), positions)
     t_sum = _config_sums(scn, kinds)

@@ -27,6 +27,7 @@ from . import pipeline
 from .dp_problem import DPProblem, sync_time
 from .dp_reference import stage_details
 from .layout import RankPlacement, rank_placement
+from .specs import OVERLAP_SWITCHES
 from .tables import OPTIMIZER_KERNELS, PS, Candidate, Scenario
 
 
@@ -117,9 +118,9 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
     kinds = scn.kinds
     slowest = next(d for d in details if d["time_ps"] == t_max)
     nodes = range(slowest["start"], slowest["end"])
-    # the busiest rank's steady work in units of the slowest stage: m v stages (1F1B, or
-    # chunks padded to the slowest); with the last chunk priced apart, v - 1 chunks at
-    # the slowest earlier one and the last one
+    # the busiest rank's steady work in units of the slowest stage: m for 1F1B; for
+    # interleaved 1F1B m ((v - 1) H + slowest) / slowest (v - 1 chunks at H, the slowest
+    # before the last one, and the last chunk), so that the bubble is (p - 1) H
     head_ps = max((d["time_ps"] for d in details[:-1]), default=0)
     steady = micro_batches * v
     if v > 1 and t_max > 0:
@@ -128,11 +129,9 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
               for c in ("compute", "tp_comm", "cp_comm", "ep_comm", "dp_comm")}
     node_ps = int(problem.time_ps[local, slowest["start"]:slowest["end"]].sum())
     heaviest = next(d for d in details if d["params"] == w_max)
-    heavy = range(heaviest["start"], heaviest["end"])
-    dense = sum(costs[kinds[i]].params_dense for i in heavy)
-    expert = sum(costs[kinds[i]].params_expert for i in heavy)
+    reduce, gather, _ = scn.node_sync_seconds(cand, heaviest["start"], heaviest["end"])
     alpha = sync.fixed_s - OPTIMIZER_KERNELS * scn.kernels.overhead
-    end_sync = alpha + v * (sync.dense_s * dense + sync.expert_s * expert)
+    end_sync = alpha + v * (reduce + gather)
     breakdown = {
         "compute": causes["compute"],
         "tp_comm": causes["tp_comm"],
@@ -181,7 +180,8 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
         candidates_total=candidates_total,
         model={"name": scn.model.name, "parameters": parameters,
                "active_parameters": scn.source.active_parameters, "layers": scn.model.num_layers},
-        job={"global_batch": scn.job.global_batch, "seq_len": scn.job.seq_len, "dtype": scn.job.dtype},
+        job={"global_batch": scn.job.global_batch, "seq_len": scn.job.seq_len, "dtype": scn.job.dtype,
+             **{name: getattr(scn.job, name) for name in OVERLAP_SWITCHES if getattr(scn.job, name)}},
         cluster={"name": scn.cluster.name, "devices": scn.cluster.num_devices,
                  "device": scn.cluster.device.name,
                  "tiers": [{"name": t.name, "fanout": t.fanout, "bandwidth_GBps": t.bandwidth / 1e9,

@@ -455,54 +455,39 @@ def pad_to_closed_form(stages: Sequence[StageTasks]) -> list[StageTasks]:
 
 def end_tasks(scn: Scenario, cand: Candidate, layers_per_stage: Sequence[int],
               sync: str = "device") -> list[list[EndTask]]:
-    """Per pipeline rank: gradient sync and optimizer step for the parameters it holds.
+    """Per pipeline rank: gradient sync and optimizer step for the parameters it holds
+    (overlapped collectives by their exposed part, :func:`nest.tables.sync_exposed`).
 
-    ``sync="heaviest"`` charges every rank ``v x`` the parameters of the heaviest virtual
-    stage instead (the closed form's convention, conservative when ``v > 1``).
+    ``sync="heaviest"`` charges every rank ``v x`` the virtual stage with the heaviest
+    sync instead (the closed form's convention, conservative when ``v > 1``).
     """
-    costs = scn.kind_costs(cand.cfg)
-    sync_terms = scn.sync_terms(cand)
-    kinds = scn.kinds
     ends = np.cumsum(layers_per_stage)
     starts = np.concatenate(([0], ends[:-1]))
-    chunk_dense = [sum(costs[kinds[i]].params_dense for i in range(s, e))
-                   for s, e in zip(starts.tolist(), ends.tolist())]
-    chunk_expert = [sum(costs[kinds[i]].params_expert for i in range(s, e))
-                    for s, e in zip(starts.tolist(), ends.tolist())]
-    dense = [0.0] * cand.pp
-    expert = [0.0] * cand.pp
-    for q, (d, e) in enumerate(zip(chunk_dense, chunk_expert)):
-        dense[q % cand.pp] += d
-        expert[q % cand.pp] += e
+    chunks = [scn.node_sync_seconds(cand, s, e) for s, e in zip(starts.tolist(), ends.tolist())]
+    per_rank = [[0.0, 0.0, 0.0] for _ in range(cand.pp)]  # reduce, gather, optimizer
+    for q, chunk in enumerate(chunks):
+        for j, seconds in enumerate(chunk):
+            per_rank[q % cand.pp][j] += seconds
     if sync == "heaviest":
-        weight = [(sync_terms.dense_s + sync_terms.dense_optimizer_s) * d
-                  + (sync_terms.expert_s + sync_terms.expert_optimizer_s) * e
-                  for d, e in zip(chunk_dense, chunk_expert)]
-        q = int(np.argmax(weight))
-        dense = [cand.vp * chunk_dense[q]] * cand.pp
-        expert = [cand.vp * chunk_expert[q]] * cand.pp
+        heaviest = max(chunks, key=sum)
+        per_rank = [[cand.vp * x for x in heaviest] for _ in range(cand.pp)]
     elif sync != "device":
         raise ValueError(f"sync = {sync!r}: must be 'device' or 'heaviest'")
     launch = OPTIMIZER_KERNELS * scn.kernels.overhead
-    alpha = sync_terms.fixed_s - launch  # latency terms of the collectives
-    opt, wb = scn.job.optimizer, scn.weight_bytes
+    alpha = scn.sync_terms(cand).fixed_s - launch  # latency terms of the collectives
     out = []
-    for d in range(cand.pp):
-        collective = alpha + sync_terms.dense_s * dense[d] + sync_terms.expert_s * expert[d]
-        step = (launch + sync_terms.dense_optimizer_s * dense[d]
-                + sync_terms.expert_optimizer_s * expert[d])
+    for reduce, gather, optimizer in per_rank:
+        step = launch + optimizer
         barrier = EndTask(BARRIER, 0.0, False)
         if cand.zero == 0:
-            tasks = [EndTask("all-reduce", collective, True), barrier, EndTask("optimizer", step, False)]
+            tasks = [EndTask("all-reduce", alpha + reduce, True), barrier, EndTask("optimizer", step, False)]
         elif cand.zero == 1:
-            share = opt.grad_bytes / (opt.grad_bytes + wb)
-            rs = alpha / 2 + share * (collective - alpha)
-            tasks = [EndTask("reduce-scatter", rs, True), barrier, EndTask("optimizer", step, False),
-                     EndTask("all-gather", collective - rs, True)]
+            tasks = [EndTask("reduce-scatter", alpha / 2 + reduce, True), barrier,
+                     EndTask("optimizer", step, False), EndTask("all-gather", alpha / 2 + gather, True)]
         elif cand.zero == 2:
-            tasks = [barrier, EndTask("optimizer", step, False), EndTask("all-gather", collective, True)]
+            tasks = [barrier, EndTask("optimizer", step, False), EndTask("all-gather", alpha + gather, True)]
         else:
-            tasks = [EndTask("sync", collective, True), barrier, EndTask("optimizer", step, False)]
+            tasks = [EndTask("sync", alpha, True), barrier, EndTask("optimizer", step, False)]
         out.append(tasks)
     return out
 
@@ -560,8 +545,7 @@ def simulate(plan, model=None, cluster=None, job=None, *, source=None, pad: bool
     else:
         cluster = load_cluster(cluster)
     if job is None:
-        job = JobSpec(global_batch=plan.job["global_batch"], seq_len=plan.job["seq_len"],
-                      dtype=plan.job["dtype"])
+        job = JobSpec(**plan.job)
     scn = Scenario(model, cluster, job, source)
     cand = candidate_of(scn, plan.parallelism)
     layers = [len(s.layers) for s in plan.stages]

@@ -333,8 +333,22 @@ class JobSpec:
     # ceil(global_batch / (dp x micro_batch)) micro-batches (the NEST artifact's baselines
     # use such degrees). Off: a batch that does not divide is a SpecError.
     uneven_batch: bool = False
+    # Communication overlap, Megatron-LM's switches (off by default there and here; NeMo's
+    # recipes turn all three on). overlap_grad_reduce: a node's data-parallel gradient
+    # reduction (all-reduce, or reduce-scatter with a distributed optimizer) runs during
+    # that node's backward of the last micro-batch. overlap_param_gather: the weight
+    # all-gather after a sharded optimizer step (ZeRO-1/2) runs during the node's next
+    # forward. tp_comm_overlap: tensor-parallel collectives are split into tp chunks
+    # pipelined with the node's compute (Transformer Engine userbuffers); one chunk stays
+    # exposed. Only communication beyond the compute it hides behind is exposed.
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    tp_comm_overlap: bool = False
 
     def __post_init__(self):
+        for name in ("flash_attention", "uneven_batch", *OVERLAP_SWITCHES):
+            require(isinstance(getattr(self, name), bool), f"job.{name}", getattr(self, name),
+                    "must be true or false")
         _positive_int("job.global_batch", self.global_batch, MAX_TOKENS)
         _positive_int("job.seq_len", self.seq_len, MAX_SEQ_LEN)
         require(self.global_batch * self.seq_len <= MAX_TOKENS, "job.global_batch",
@@ -350,9 +364,18 @@ class JobSpec:
     def tokens(self) -> int:
         return self.global_batch * self.seq_len
 
+    @property
+    def overlaps_sync(self) -> bool:
+        """Whether any end-of-step data-parallel collective overlaps compute."""
+        return self.overlap_grad_reduce or self.overlap_param_gather
+
     def micro_batches(self, dp, micro_batch):
         """Micro-batches per replica and step (ceil; exact when the batch divides)."""
         return -(-self.global_batch // (dp * micro_batch))
+
+
+OVERLAP_SWITCHES = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
+"""The :class:`JobSpec` switches of communication overlap (Megatron-LM's flag names)."""
 
 
 def field_names(cls) -> set[str]:

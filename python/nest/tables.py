@@ -148,7 +148,10 @@ class KindTimes:
 
 @dataclass(frozen=True)
 class SyncTerms:
-    """End-of-step cost per parameter (dense / expert) and fixed, plus memory per parameter."""
+    """End-of-step cost per parameter (dense / expert) and fixed, plus memory per parameter.
+
+    ``*_s`` is the collectives' time per parameter, ``*_reduce_s`` and ``*_gather_s`` its
+    gradient-reduction and weight-gather parts (what the overlap switches hide)."""
 
     fixed_s: float
     dense_s: float
@@ -157,6 +160,10 @@ class SyncTerms:
     expert_optimizer_s: float
     dense_bytes: float
     expert_bytes: float
+    dense_reduce_s: float
+    expert_reduce_s: float
+    dense_gather_s: float
+    expert_gather_s: float
 
 
 class AnalyticSource:
@@ -240,6 +247,26 @@ class GroupTerms:
     expert_dp: tuple[np.ndarray, np.ndarray]
     dense_shards: np.ndarray
     expert_shards: np.ndarray
+
+
+def tp_exposed(tp_s, degree, compute_s):
+    """Exposed tensor-parallel communication under ``job.tp_comm_overlap``: each
+    collective split into ``degree`` chunks pipelined with the compute they feed, so one
+    chunk stays exposed, and no more hides than the node's compute lasts (scalars or
+    arrays, the same operations)."""
+    return np.maximum(tp_s / degree, tp_s - compute_s)
+
+
+def sync_exposed(reduce_s, gather_s, fwd_s, bwd_s, job: JobSpec):
+    """Exposed end-of-step data-parallel collectives of one node: the gradient reduction
+    beyond the node's backward under ``job.overlap_grad_reduce``, the weight all-gather
+    beyond its forward under ``job.overlap_param_gather``, else all of each (scalars or
+    arrays, the same operations)."""
+    if job.overlap_grad_reduce:
+        reduce_s = np.maximum(0.0, reduce_s - bwd_s)
+    if job.overlap_param_gather:
+        gather_s = np.maximum(0.0, gather_s - fwd_s)
+    return reduce_s + gather_s
 
 
 def _reduce_scatter(alpha, beta, nbytes):
@@ -459,7 +486,8 @@ class Scenario:
         the same pass; ZeRO-2 reduce-scatters a node's gradients during its backward and
         ZeRO-3 gathers its weights during the previous node's compute (prefetch), so
         only the excess over the node's own compute is exposed. TP and EP collectives
-        are on the critical path (Megatron's defaults).
+        are on the critical path (Megatron's defaults); with ``job.tp_comm_overlap`` the
+        TP ones are exposed as :func:`tp_exposed`.
         """
         key = (cand.cfg, self._placement_key(cand), cand.zero, zero_comm)
         if key not in self._kind_times:
@@ -472,6 +500,8 @@ class Scenario:
         out = {}
         for kind, cost in self.kind_costs(cand.cfg).items():
             tp = sum(count * place.tp.all_reduce(nbytes) for count, nbytes in cost.tp_ops)
+            if self.job.tp_comm_overlap and cand.cfg.tp > 1:
+                tp = tp_exposed(tp, cand.cfg.tp, cost.compute_s)
             lat, per_byte = place.cp_ring
             cp = 0.0
             if cand.cfg.cp > 1:
@@ -516,12 +546,14 @@ class Scenario:
         zero = cand.zero
         touched = opt.grad_bytes + 2 * opt.master_bytes + 2 * opt.state_bytes + wb
         fixed = OPTIMIZER_KERNELS * self.kernels.overhead
-        per_param, optimizer, memory = [], [], []
+        per_param, optimizer, memory, reduce, gather = [], [], [], [], []
         for is_expert, group in ((False, place.dense_dp), (True, place.expert_dp)):
             alpha, beta = group.reduce_scatter_terms()
             if is_expert and not self.model.is_moe:
                 alpha = 0.0  # no expert parameters: no expert collective to wait for
             shards = group.size
+            reduce.append({0: 2 * beta * opt.grad_bytes, 1: beta * opt.grad_bytes}.get(zero, 0.0))
+            gather.append(beta * wb if zero in (1, 2) else 0.0)
             if zero == 0:
                 per_param.append(2 * beta * opt.grad_bytes)
                 fixed += 2 * alpha
@@ -538,7 +570,23 @@ class Scenario:
                           + opt.grad_bytes / (shards if zero >= 2 else 1)
                           + opt.sharded_bytes / (shards if zero >= 1 else 1))
         return SyncTerms(fixed, per_param[0], per_param[1], optimizer[0], optimizer[1],
-                         memory[0], memory[1])
+                         memory[0], memory[1], reduce[0], reduce[1], gather[0], gather[1])
+
+    def node_sync_seconds(self, cand: Candidate, start: int, stop: int) -> tuple[float, float, float]:
+        """(gradient reduction, weight gather, optimizer step) seconds of the end-of-step
+        sync of nodes ``[start, stop)``, collectives counted by their exposed part
+        (:func:`sync_exposed`): the scalar twin of :meth:`sync_weights`, latency terms
+        (``fixed_s``) left out."""
+        sync, costs, kinds = self.sync_terms(cand), self.kind_costs(cand.cfg), self.kinds
+        reduce = gather = optimizer = 0.0
+        for i in range(start, stop):
+            c = costs[kinds[i]]
+            optimizer += sync.dense_optimizer_s * c.params_dense + sync.expert_optimizer_s * c.params_expert
+            r = sync.dense_reduce_s * c.params_dense + sync.expert_reduce_s * c.params_expert
+            g = sync.dense_gather_s * c.params_dense + sync.expert_gather_s * c.params_expert
+            reduce += float(sync_exposed(r, 0.0, c.fwd_s, c.bwd_s, self.job))
+            gather += float(sync_exposed(0.0, g, c.fwd_s, c.bwd_s, self.job))
+        return reduce, gather, optimizer
 
     def inflight(self, cand: Candidate) -> np.ndarray:
         """Micro-batch activations kept per virtual stage (1F1B; interleaved per Megatron)."""
@@ -732,6 +780,9 @@ class Scenario:
         tp = ops[:, :, 0]
         for i in range(1, ops.shape[2]):
             tp = tp + ops[:, :, i]
+        if self.job.tp_comm_overlap:
+            degree = one(table.arrays.tp[cands.config])
+            tp = np.where(degree > 1, tp_exposed(tp, degree, col("compute_s")), tp)
         lat, per_byte = one(terms.cp_ring[0]), one(terms.cp_ring[1])
         cp_degree = one(table.arrays.cp[cands.config])
         steps_fwd, steps_bwd = col("cp_steps_fwd"), col("cp_steps_bwd")
@@ -775,14 +826,35 @@ class Scenario:
             per = np.where(zero == 0, 2 * beta * opt.grad_bytes,
                            np.where(zero == 1, beta * (opt.grad_bytes + wb),
                                     np.where(zero == 2, beta * wb, 0.0)))
+            out[name + "_reduce"] = np.where(zero == 0, 2 * beta * opt.grad_bytes,
+                                             np.where(zero == 1, beta * opt.grad_bytes, 0.0))
+            out[name + "_gather"] = np.where((zero == 1) | (zero == 2), beta * wb, 0.0)
             fixed = fixed + np.where(zero <= 1, 2 * alpha, np.where(zero == 2, alpha, 0.0))
             optimizer = touched / self.kernels.memory_rate / np.where(zero >= 1, shards, 1)
             out[name] = per + optimizer
+            out[name + "_optimizer"] = optimizer
             out[name + "_bytes"] = (wb / np.where(zero >= 3, shards, 1)
                                     + opt.grad_bytes / np.where(zero >= 2, shards, 1)
                                     + opt.sharded_bytes / np.where(zero >= 1, shards, 1))
         out["fixed_s"] = fixed
         return out
+
+    def sync_weights(self, table: ConfigTable, cands: CandidateArrays, terms: GroupTerms) -> np.ndarray:
+        """``[candidate, kind]`` seconds of one node's end-of-step sync and optimizer step
+        (the DP's ``params`` weights before rounding): per parameter prices times the
+        node's parameters, only the exposed part of overlapped collectives
+        (:func:`sync_exposed`). Monotone in the terms, so floor terms give floors."""
+        sync = self.sync_columns(cands, terms)
+        col = lambda name: table.cols[name][cands.config]  # noqa: E731
+        dense, expert = col("params_dense").astype(np.float64), col("params_expert").astype(np.float64)
+
+        def per_node(part: str) -> np.ndarray:
+            return sync["dense" + part][:, None] * dense + sync["expert" + part][:, None] * expert
+
+        if not self.job.overlaps_sync:
+            return per_node("")
+        exposed = sync_exposed(per_node("_reduce"), per_node("_gather"), col("fwd_s"), col("bwd_s"), self.job)
+        return per_node("_optimizer") + exposed
 
     def _graph_sends(self, table: ConfigTable, cands: CandidateArrays, boundary: list):
         """``send[candidate, k, node]``: node's output across boundary ``k`` of the
@@ -828,12 +900,11 @@ class Scenario:
         pos_tier[offset[1:] - 1] = -1
         return {
             "time_ps": to_ps(seconds)[:, take],
-            "params": to_ps(sync["dense"][:, None] * dense + sync["expert"][:, None] * expert)[:, take],
+            "params": to_ps(self.sync_weights(table, cands, terms))[:, take],
             "mem_params": np.ceil(sync["dense_bytes"][:, None] * dense
                                   + sync["expert_bytes"][:, None] * expert).astype(np.int64)[:, take],
             "act_bytes": table.cols["act_bytes"][cands.config][:, take],
             "send_ps": np.ascontiguousarray(send),
-            "scale": (micro * v + cands.pp - 1).astype(np.int64),
             "mem_fixed": (self.job.reserved_memory_bytes + table.transient[cands.config]).astype(np.float64),
             "mem_per_param": v.astype(np.float64),
             "g0": sync["fixed_s"] * PS,

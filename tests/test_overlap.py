@@ -1,0 +1,146 @@
+"""Communication overlap switches (Megatron-LM's --overlap-grad-reduce,
+--overlap-param-gather, --tp-comm-overlap): what each hides, that the DP, the scalar
+twins and the simulator agree, and that the search stays exact and its bounds valid."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from planning_checks import assert_bounds_below_objective, exhaustive_optimum
+
+import nest
+from nest.presets.models import MODELS
+from nest.simulate import simulate
+from nest.space import RANK_ORDERS, SpaceLimits
+from nest.specs import OVERLAP_SWITCHES, JobSpec, ModelSpec
+from nest.tables import PS, Scenario, sync_exposed, to_ps
+
+ALL_ON = dict.fromkeys(OVERLAP_SWITCHES, True)
+CONFIG = dict(tp=8, pp=4, dp=2, vp=1, micro_batch=1, sp=True, zero=1, recompute="selective")
+
+
+def _scenario(**switches):
+    job = JobSpec(global_batch=64, seq_len=2048, **switches)
+    return Scenario(MODELS["gpt3-175b"], nest.load_cluster("dgx-a100", devices=64), job), job
+
+
+def _candidate(scn):
+    from nest.simulate import candidate_of
+
+    return candidate_of(scn, {**CONFIG, "pp": CONFIG["pp"], "rank_order": "tp-cp-ep-dp-pp"})
+
+
+def test_switches_default_off_and_reject_non_booleans():
+    job = JobSpec(global_batch=8, seq_len=128)
+    assert not any(getattr(job, name) for name in OVERLAP_SWITCHES)
+    for name in OVERLAP_SWITCHES:
+        with pytest.raises(nest.SpecError, match=f"job.{name} = 'yes': must be true or false"):
+            JobSpec(global_batch=8, seq_len=128, **{name: "yes"})
+    plan = nest.evaluate("gpt3-175b", nest.load_cluster("dgx-a100", devices=64), job, **CONFIG)
+    assert set(plan.to_dict()["job"]) == {"global_batch", "seq_len", "dtype"}
+
+
+def test_exposed_sync_by_hand():
+    """A node's gradient reduction hides behind its backward, the weight gather behind
+    its forward; only the excess is exposed."""
+    job = JobSpec(global_batch=8, seq_len=128, overlap_grad_reduce=True)
+    assert sync_exposed(3.0, 2.0, 1.0, 1.0, job) == 2.0 + 2.0
+    assert sync_exposed(0.5, 2.0, 1.0, 1.0, job) == 0.0 + 2.0
+    job = replace(job, overlap_param_gather=True)
+    assert sync_exposed(3.0, 2.0, 1.5, 1.0, job) == 2.0 + 0.5
+    assert sync_exposed(3.0, 2.0, 1.5, 1.0, JobSpec(global_batch=8, seq_len=128)) == 5.0
+
+
+def test_tp_overlap_exposes_one_chunk_or_the_excess_over_compute():
+    off, _ = _scenario()
+    on, _ = _scenario(tp_comm_overlap=True)
+    cand = _candidate(off)
+    costs = off.kind_costs(cand.cfg)
+    for kind, times in on.kind_times(cand).items():
+        tp = off.kind_times(cand)[kind].tp_comm
+        assert times.tp_comm == max(tp / 8, tp - costs[kind].compute_s)
+        assert times.tp_comm < tp or tp == 0
+        assert times.compute == off.kind_times(cand)[kind].compute
+
+
+def test_dp_tables_equal_their_scalar_twin():
+    """The DP's per-node sync weights (columnar) equal the scalar node_sync_seconds plus
+    the optimizer, for every switch combination and ZeRO stage."""
+    for switches in ({}, {"overlap_grad_reduce": True}, {"overlap_param_gather": True}, ALL_ON):
+        for zero in (0, 1, 2, 3):
+            scn, _ = _scenario(**switches)
+            cand = replace(_candidate(scn), zero=zero)
+            params = scn.rows([cand])["params"][0]
+            for i in range(scn.num_nodes):
+                reduce, gather, optimizer = scn.node_sync_seconds(cand, i, i + 1)
+                assert abs(int(params[i]) - int(to_ps(reduce + gather + optimizer))) <= 1, (switches, zero, i)
+
+
+def test_each_switch_only_shortens_the_step():
+    cluster = nest.load_cluster("dgx-a100", devices=64)
+    base = JobSpec(global_batch=64, seq_len=2048)
+    off = nest.evaluate("gpt3-175b", cluster, base, **CONFIG)
+    for name in OVERLAP_SWITCHES:
+        on = nest.evaluate("gpt3-175b", cluster, replace(base, **{name: True}), **CONFIG)
+        assert on.step_time_s < off.step_time_s, name
+    every = nest.evaluate("gpt3-175b", cluster, replace(base, **ALL_ON), **CONFIG)
+    # two replicas across nodes: a node's gradient reduce-scatter takes longer than its
+    # backward, so part of it stays exposed
+    assert 0 < every.breakdown_s["dp_comm"] < off.breakdown_s["dp_comm"]
+    assert every.breakdown_s["tp_comm"] < off.breakdown_s["tp_comm"] / 4
+    assert nest.plan("gpt3-175b", cluster, replace(base, **ALL_ON)).step_time_s <= \
+        nest.plan("gpt3-175b", cluster, base).step_time_s
+
+
+@pytest.mark.parametrize("switches", [{"overlap_grad_reduce": True}, ALL_ON], ids=["grad", "all"])
+def test_simulation_prices_the_same_overlap(switches):
+    """Without a pipeline the simulation equals the closed form; with one, the padded
+    pipeline of the closed form does, and the faithful simulation is not slower."""
+    cluster = nest.load_cluster("dgx-h100", devices=64)
+    job = JobSpec(global_batch=64, seq_len=2048, **switches)
+    flat = nest.evaluate("llama2-7b", cluster, job, tp=2, pp=1, dp=32, micro_batch=1, sp=True, zero=1)
+    assert simulate(flat).step_time_s == pytest.approx(flat.step_time_s, rel=1e-9)
+    for zero in (0, 1, 2):
+        piped = nest.evaluate("llama2-7b", cluster, job, tp=2, pp=4, dp=8, vp=2, micro_batch=1, sp=True,
+                              zero=zero)
+        assert simulate(piped, pad=True, sync="heaviest").step_time_s == pytest.approx(piped.step_time_s,
+                                                                                      rel=1e-9)
+        assert simulate(piped).step_time_s <= piped.step_time_s * (1 + 1e-9)
+
+
+TINY = ModelSpec(name="tiny", num_layers=4, hidden=256, num_heads=8, ffn_hidden=1024, vocab_size=32000,
+                 seq_len=1024)
+
+
+@pytest.mark.parametrize("memory_gib", [80, 1.0])
+def test_plan_with_overlap_is_the_exhaustive_optimum(memory_gib):
+    cluster = nest.load_cluster("dgx-a100", devices=16)
+    cluster = replace(cluster, device=replace(cluster.device, memory_bytes=memory_gib * 2**30))
+    job = JobSpec(global_batch=16, seq_len=1024, reserved_memory_bytes=0.25 * 2**30, **ALL_ON)
+    everything = SpaceLimits(sp=(False, True), zero=(0, 1, 2, 3), rank_order=RANK_ORDERS)
+    optimum = exhaustive_optimum(TINY, cluster, job, everything)
+    plan = nest.plan(TINY, cluster, job)
+    assert round(plan.step_time_s * PS) == optimum
+
+
+def test_bounds_stay_below_the_objective_with_overlap():
+    job = JobSpec(global_batch=256, seq_len=4096, **ALL_ON)
+    assert_bounds_below_objective(MODELS["qwen3-30b-a3b"], nest.load_cluster("dgx-h100", devices=128), job,
+                                  seed=11, sample=40)
+
+
+def test_cli_switches_reach_the_plan():
+    args = [sys.executable, "-m", "nest", "evaluate", "--model", "llama2-7b", "--cluster", "dgx-h100",
+            "--devices", "16", "--tp", "2", "--pp", "2", "--dp", "4", "--mbs", "1", "--sp", "--zero", "1",
+            "--json"]
+    plain = json.loads(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
+    flags = ["--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap"]
+    overlapped = json.loads(subprocess.run(args + flags, capture_output=True, text=True, check=True).stdout)
+    assert {k: overlapped["job"][k] for k in OVERLAP_SWITCHES} == ALL_ON
+    assert overlapped["step_time_s"] < plain["step_time_s"]
+    assert np.isclose(sum(overlapped["breakdown_s"].values()), overlapped["step_time_s"], rtol=1e-9)
