@@ -72,6 +72,8 @@ def test_grid_from_a_dict_and_tiers_a_cluster_lacks_collapse():
      "grid.jobs[0].seqlen"),
     ({"models": ["llama3-8b"], "clusters": ["dgx-h100"], "jobs": [{"global_batch": 0}]},
      "grid.jobs[0].global_batch"),
+    ({"models": ["llama3-8b"], "clusters": ["dgx-h100"], "jobs": [{"tp_comm_overlap": "yes"}]},
+     "grid.jobs[0].tp_comm_overlap"),
     (DATA / "bad_tier.yaml", "grid.bandwidth_multipliers.infiniband"),
     (DATA / "missing.yaml", "grid = "),
 ])
@@ -99,6 +101,17 @@ def test_a_row_reproduces_the_plan_of_the_same_scenario():
     assert row["step_time_s"] == direct["step_time_s"]
     assert row["tp"] == direct["parallelism"]["tp"] and row["dp"] == direct["parallelism"]["dp"]
     assert row["cost_per_Mtoken"] == pytest.approx(2.0 * 64 / 3600 / direct["throughput_tokens_per_s"] * 1e6)
+
+
+def test_overlap_switches_are_a_job_axis():
+    grid = {"models": ["llama3-8b"], "clusters": [{"cluster": "dgx-h100", "devices": [64]}],
+            "jobs": [{"global_batch": 256}, {"global_batch": 256, "overlap_grad_reduce": True,
+                                               "tp_comm_overlap": True}]}
+    plain, overlapped = (run_scenario(s) for s in expand_grid(grid))
+    assert overlapped["overlap_grad_reduce"] is True and "overlap_grad_reduce" not in plain
+    job = nest.JobSpec(256, 8192, overlap_grad_reduce=True, tp_comm_overlap=True)
+    direct = nest.plan("llama3-8b", nest.load_cluster("dgx-h100", devices=64), job, threads=1)
+    assert overlapped["step_time_s"] == direct.step_time_s <= plain["step_time_s"]
 
 
 def test_infeasible_and_invalid_scenarios_are_rows_with_a_reason():

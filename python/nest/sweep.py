@@ -12,7 +12,8 @@ A grid file (YAML or JSON) names the axes; their cartesian product is the scenar
     oversubscription: {spine: [1, 2]}          # optional, per tier: replaces the tier's value
     memory_GiB: [80, 141]                      # optional HBM sizes (omit: the device's own)
     jobs:                                      # optional (omit: each model's published job)
-      - {global_batch: 1024, seq_len: 4096}    # also dtype
+      - {global_batch: 1024, seq_len: 4096}    # also dtype and the overlap switches
+                                               # (overlap_grad_reduce: true, ...)
     price_per_device_hour: 2.5                 # optional: adds cost_per_Mtoken to each row
     plot: {x: bw_leaf, y: throughput}          # optional: plot axes (see sweep_plot)
 
@@ -75,12 +76,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .errors import InfeasibleError, SpecError, reject_unknown_keys, short_repr
+from .specs import OVERLAP_SWITCHES
 
 GiB = 2**30
 
 _GRID_KEYS = {"models", "clusters", "bandwidth_multipliers", "oversubscription", "memory_GiB",
               "jobs", "price_per_device_hour", "plot", "name"}
-_JOB_KEYS = {"global_batch", "seq_len", "dtype"}
+_JOB_KEYS = {"global_batch", "seq_len", "dtype", *OVERLAP_SWITCHES}
 
 MAX_SCENARIOS = 1_000_000
 """Most scenarios one grid may expand to (a million plans is hours of CPU; beyond that a
@@ -233,6 +235,9 @@ def expand_grid(grid) -> list[Scenario]:
                 _number(job[key], f"grid.jobs[{j}].{key}", integer=True)
         if "dtype" in job and job["dtype"] not in ("bf16", "fp16", "fp8", "fp32"):
             raise SpecError(f"grid.jobs[{j}].dtype = {short_repr(job['dtype'])}: must be one of bf16, fp16, fp8, fp32")
+        for key in OVERLAP_SWITCHES:
+            if key in job and not isinstance(job[key], bool):
+                raise SpecError(f"grid.jobs[{j}].{key} = {short_repr(job[key])}: must be true or false")
         jobs.append({k: job[k] for k in sorted(job)})
     price = data.get("price_per_device_hour")
     if price is not None:
@@ -338,7 +343,8 @@ def build_inputs(params: dict):
     if params.get("job"):
         spec = params["job"]
         job = JobSpec(global_batch=spec.get("global_batch") or model.default_global_batch or 1,
-                      seq_len=spec.get("seq_len") or model.seq_len, dtype=spec.get("dtype", "bf16"))
+                      seq_len=spec.get("seq_len") or model.seq_len, dtype=spec.get("dtype", "bf16"),
+                      **{key: spec[key] for key in OVERLAP_SWITCHES if key in spec})
     return model, cluster, job
 
 
@@ -367,6 +373,9 @@ def _flat_params(params: dict) -> dict:
     row["seq_len"] = job.get("seq_len")
     if "dtype" in job:
         row["dtype"] = job["dtype"]
+    for key in OVERLAP_SWITCHES:
+        if key in job:
+            row[key] = job[key]
     return row
 
 
