@@ -9,7 +9,7 @@
 // ---------------------------------------------------------
 // Stage k of a split takes nodes [i, j). It is *allowed* iff
 //   (a) W(i,j) = PW[j] - PW[i] <= Wcap,
-//   (b) mem_fixed + mem_per_param * W(i,j) + inflight_k * A(i,j) <= capacity,
+//   (b) mem_fixed + pos_fixed_k + mem_per_param * W(i,j) + inflight_k * A(i,j) <= capacity,
 //   (c) T_k(i,j) = PT[j] - PT[i] + fwd_k(j) + bwd_k(i) <= Tcap,
 // with fwd_k(j) = send[tier_k][j-1] (k < p-1, else 0) and bwd_k(i) = send[tier_{k-1}][i-1]
 // (k > 0, else 0). (a) and (b) are monotone under segment inclusion: W and A are sums of
@@ -152,6 +152,7 @@ void check_values(const Problem& pb) {
     require_shape(pb.cand_lower_bound, "cand_lower_bound", 1);
     require_shape(pb.pos_offset, "pos_offset", 1);
     require_shape(pb.pos_inflight, "pos_inflight", 1);
+    require_shape(pb.pos_mem_fixed, "pos_mem_fixed", 1);
     require_shape(pb.pos_tier, "pos_tier", 1);
 
     const int64_t C = pb.time_ps.shape[0], L = pb.time_ps.shape[1];
@@ -173,8 +174,9 @@ void check_values(const Problem& pb) {
     require(pb.pos_offset.shape[0] == N + 1 && pb.pos_offset.data[0] == 0,
             "pos_offset must have candidates + 1 entries starting at 0");
     const int64_t total = pb.pos_offset.data[N];
-    require(pb.pos_inflight.shape[0] == total && pb.pos_tier.shape[0] == total,
-            "pos_inflight and pos_tier must have pos_offset[-1] entries");
+    require(pb.pos_inflight.shape[0] == total && pb.pos_tier.shape[0] == total &&
+                pb.pos_mem_fixed.shape[0] == total,
+            "pos_inflight, pos_mem_fixed and pos_tier must have pos_offset[-1] entries");
     require(L > 0, "the layer chain is empty");
     require(L < INT32_MAX, "too many nodes");
 
@@ -199,6 +201,7 @@ void check_values(const Problem& pb) {
     finite_non_negative(pb.cand_g0, "cand_g0");
     finite_non_negative(pb.cand_g1, "cand_g1");
     finite_non_negative(pb.pos_inflight, "pos_inflight");
+    finite_non_negative(pb.pos_mem_fixed, "pos_mem_fixed");
     require(std::isfinite(pb.capacity), "capacity must be finite");
     for (int64_t n = 0; n < N; ++n)
         require(pb.cand_config.data[n] >= 0 && pb.cand_config.data[n] < C, "cand_config out of range");
@@ -404,6 +407,7 @@ class CandidateSolver {
         PM_ = tables_.prefix_mem.data() + c * (L_ + 1);
         send_ = pb_.send_ps.data + c * pb_.send_ps.shape[1] * L_;
         inflight_ = pb_.pos_inflight.data + start;
+        pos_fixed_ = pb_.pos_mem_fixed.data + start;
         tier_ = pb_.pos_tier.data + start;
         mem_fixed_ = pb_.cand_mem_fixed.data[n];
         mem_per_param_ = pb_.cand_mem_per_param.data[n];
@@ -422,7 +426,8 @@ class CandidateSolver {
         t_base_ = std::max(tables_.max_time_node[c], ceil_div(PT_[L_], p_));
         w_base_ = std::max(tables_.max_params_node[c], ceil_div(w_total_, p_));
         // memlo[k][j]: the smallest start i <= j such that [i, j) fits in memory at
-        // position k (j when none). Positions with the same inflight share a row.
+        // position k (j when none). Positions with the same inflight and fixed bytes
+        // share a row.
         pred_.resize(p_ * (L_ + 1));
         jlow_.resize(p_);
         mem_row_.assign(p_, 0);
@@ -430,7 +435,7 @@ class CandidateSolver {
         for (int64_t k = 0; k < p_; ++k) {
             mem_row_[k] = rows;
             for (int64_t r = 0; r < k; ++r)
-                if (inflight_[r] == inflight_[k]) {
+                if (inflight_[r] == inflight_[k] && pos_fixed_[r] == pos_fixed_[k]) {
                     mem_row_[k] = mem_row_[r];
                     break;
                 }
@@ -450,7 +455,7 @@ class CandidateSolver {
     bool fits(int64_t k, int64_t i, int64_t j) const {
         const double w = static_cast<double>(PM_[j] - PM_[i]);
         const double a = static_cast<double>(PA_[j] - PA_[i]);
-        return mem_fixed_ + mem_per_param_ * w + inflight_[k] * a <= capacity_;
+        return mem_fixed_ + pos_fixed_[k] + mem_per_param_ * w + inflight_[k] * a <= capacity_;
     }
 
     int64_t fwd(int64_t k, int64_t j) const { return k < p_ - 1 ? send_[tier_[k] * L_ + j - 1] : 0; }
@@ -714,7 +719,7 @@ class CandidateSolver {
     const int64_t L_;
     int64_t p_ = 0;
     const int64_t *PT_ = nullptr, *PW_ = nullptr, *PA_ = nullptr, *PM_ = nullptr, *send_ = nullptr;
-    const double* inflight_ = nullptr;
+    const double *inflight_ = nullptr, *pos_fixed_ = nullptr;
     const int64_t* tier_ = nullptr;
     double mem_fixed_ = 0, mem_per_param_ = 0, capacity_ = 0, g0_ = 0, g1_ = 0;
     bool split_last_ = false;

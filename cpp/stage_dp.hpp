@@ -76,6 +76,7 @@ struct Problem {
     ArrayView<int64_t> cand_lower_bound;  // [N]
     ArrayView<int64_t> pos_offset;        // [N + 1]
     ArrayView<double> pos_inflight;       // [P]
+    ArrayView<double> pos_mem_fixed;      // [P] bytes the position holds besides its segment
     ArrayView<int64_t> pos_tier;          // [P]
     double capacity = 0.0;
 };

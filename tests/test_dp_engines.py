@@ -10,7 +10,7 @@ from nest.dp_problem import CHUNK, INF, INFEASIBLE, PRUNED, SOLVED, DPProblem, D
 
 ARRAY_FIELDS = ("time_ps", "params", "mem_params", "act_bytes", "send_ps", "cand_config", "cand_scale",
                 "cand_offset", "cand_head_scale", "cand_mem_fixed", "cand_mem_per_param", "cand_g0", "cand_g1",
-                "cand_lower_bound", "pos_offset", "pos_inflight", "pos_tier")
+                "cand_lower_bound", "pos_offset", "pos_inflight", "pos_mem_fixed", "pos_tier")
 N_RANDOM = 320
 
 
@@ -77,7 +77,10 @@ def random_arrays(rng: np.random.Generator, max_nodes: int = 9, max_candidates: 
     denom_a = np.maximum(a_total[cand_config], 1.0)
     cand_mem_per_param = rng.uniform(0, 1, size=n) * capacity / denom_w / tight
     pos_inflight = pos_inflight * (capacity / denom_a[np.repeat(np.arange(n), stages)] / 3.0)
+    # bytes a position holds besides its segment (interleaving's first and last nodes)
+    pos_mem_fixed = np.where(rng.random(total) < 0.3, np.round(rng.uniform(0, 0.4, total) * capacity, 1), 0.0)
     if rng.random() < 0.15:
+        pos_mem_fixed[:] = 0.0
         cand_mem_per_param[:] = 0.0
         pos_inflight[:] = 0.0
         cand_mem_fixed[:] = 0.0  # memory never binds
@@ -110,7 +113,8 @@ def random_arrays(rng: np.random.Generator, max_nodes: int = 9, max_candidates: 
             "cand_mem_fixed": cand_mem_fixed, "cand_mem_per_param": cand_mem_per_param,
             "cand_g0": cand_g0, "cand_g1": cand_g1,
             "cand_lower_bound": np.asarray(lower, dtype=np.int64), "pos_offset": pos_offset,
-            "pos_inflight": pos_inflight, "pos_tier": pos_tier, "capacity": capacity}
+            "pos_inflight": pos_inflight, "pos_mem_fixed": pos_mem_fixed, "pos_tier": pos_tier,
+            "capacity": capacity}
 
 
 def random_problem(seed: int, **kw) -> DPProblem:
@@ -218,7 +222,7 @@ def test_empty_candidate_list():
     arrays = random_arrays(np.random.default_rng(1))
     for name in ("cand_config", "cand_scale", "cand_offset", "cand_head_scale", "cand_lower_bound"):
         arrays[name] = np.zeros(0, np.int64)
-    for name in ("cand_mem_fixed", "cand_mem_per_param", "cand_g0", "cand_g1", "pos_inflight"):
+    for name in ("cand_mem_fixed", "cand_mem_per_param", "cand_g0", "cand_g1", "pos_inflight", "pos_mem_fixed"):
         arrays[name] = np.zeros(0)
     arrays["pos_offset"] = np.zeros(1, np.int64)
     arrays["pos_tier"] = np.zeros(0, np.int64)
@@ -288,6 +292,7 @@ def _stage_overflow(a):
     a["pos_offset"] = a["pos_offset"].copy()
     a["pos_offset"][1:] += a["time_ps"].shape[1]  # first candidate gets > nodes stages
     a["pos_inflight"] = np.zeros(int(a["pos_offset"][-1]))
+    a["pos_mem_fixed"] = np.zeros(int(a["pos_offset"][-1]))
     a["pos_tier"] = np.zeros(int(a["pos_offset"][-1]), np.int64)
 
 
@@ -310,6 +315,9 @@ BAD_INPUTS = {
     "negative_time": lambda a: a["time_ps"].__setitem__((0, 0), -1),
     "negative_send": lambda a: a["send_ps"].__setitem__((0, 0, 0), -5),
     "negative_inflight": lambda a: a["pos_inflight"].__setitem__(0, -1.0),
+    "negative_pos_mem_fixed": lambda a: a["pos_mem_fixed"].__setitem__(0, -1.0),
+    "nan_pos_mem_fixed": lambda a: a["pos_mem_fixed"].__setitem__(0, np.nan),
+    "shape_pos_mem_fixed": lambda a: a.update(pos_mem_fixed=np.append(a["pos_mem_fixed"], 0.0)),
     "negative_lower_bound": lambda a: a["cand_lower_bound"].__setitem__(0, -1),
     "negative_scale": lambda a: a["cand_scale"].__setitem__(0, -1),
     "negative_offset": lambda a: a["cand_offset"].__setitem__(0, -1),
@@ -333,7 +341,7 @@ BAD_INPUTS = {
                                      cand_mem_per_param=a["cand_mem_per_param"][:1].copy(),
                                      cand_g0=a["cand_g0"][:1].copy(), cand_g1=a["cand_g1"][:1].copy(),
                                      cand_lower_bound=a["cand_lower_bound"][:1].copy(),
-                                     pos_inflight=np.zeros(2),
+                                     pos_inflight=np.zeros(2), pos_mem_fixed=np.zeros(2),
                                      pos_tier=np.array([a["send_ps"].shape[1], -1], np.int64),
                                      time_ps=np.ones((a["time_ps"].shape[0], 3), np.int64),
                                      params=np.ones((a["time_ps"].shape[0], 3), np.int64),
@@ -341,7 +349,8 @@ BAD_INPUTS = {
                                      send_ps=np.ones((a["time_ps"].shape[0], a["send_ps"].shape[1], 3),
                                                      np.int64)),
     "negative_tier": lambda a: (a.update(pos_offset=np.array([0, 2], np.int64),
-                                         pos_inflight=np.zeros(2), pos_tier=np.array([-1, -1], np.int64),
+                                         pos_inflight=np.zeros(2), pos_mem_fixed=np.zeros(2),
+                                         pos_tier=np.array([-1, -1], np.int64),
                                          **{k: a[k][:1].copy() for k in (
                                              "cand_config", "cand_scale", "cand_offset", "cand_head_scale",
                                              "cand_mem_fixed",

@@ -40,7 +40,7 @@ def examples(n: int) -> settings:
 
 ARRAY_FIELDS = ("time_ps", "params", "mem_params", "act_bytes", "send_ps", "cand_config", "cand_scale",
                 "cand_offset", "cand_head_scale", "cand_mem_fixed", "cand_mem_per_param", "cand_g0", "cand_g1",
-                "cand_lower_bound", "pos_offset", "pos_inflight", "pos_tier")
+                "cand_lower_bound", "pos_offset", "pos_inflight", "pos_mem_fixed", "pos_tier")
 
 
 # ---------------------------------------------------------------------------------------
@@ -96,6 +96,8 @@ def dp_problems(draw, max_nodes: int = 7, max_candidates: int = 6) -> DPProblem:
     mem_fixed = np.round(np.array(draw(st.lists(fraction, min_size=n, max_size=n))) * 0.6 * capacity, 1)
     mem_per_param = np.array(draw(st.lists(fraction, min_size=n, max_size=n))) * capacity / w_total / tight
     inflight = inflight * (capacity / a_total[np.repeat(cand_config, stages)] / 3.0)
+    pos_fixed = np.array(draw(st.lists(st.sampled_from([0.0, 0.0, 0.1, 50.0, 300.0]), min_size=total,
+                                       max_size=total)), np.float64)
 
     scale = np.array(draw(st.lists(st.integers(0, 4), min_size=n, max_size=n)), np.int64)
     offset = np.array(draw(st.lists(st.integers(0, 400), min_size=n, max_size=n)), np.int64)
@@ -120,7 +122,8 @@ def dp_problems(draw, max_nodes: int = 7, max_candidates: int = 6) -> DPProblem:
         cand_config=cand_config, cand_scale=scale, cand_offset=offset, cand_head_scale=head_scale,
         cand_mem_fixed=mem_fixed,
         cand_mem_per_param=mem_per_param, cand_g0=g0, cand_g1=g1, cand_lower_bound=lower_bound,
-        pos_offset=pos_offset, pos_inflight=inflight, pos_tier=pos_tier, capacity=capacity)
+        pos_offset=pos_offset, pos_inflight=inflight, pos_mem_fixed=pos_fixed, pos_tier=pos_tier,
+        capacity=capacity)
 
 
 def _assert_same(a, b) -> None:

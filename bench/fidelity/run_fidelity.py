@@ -37,6 +37,7 @@ from nest.memory_formulas import megatron_memory, relative_error  # noqa: E402
 from nest.network import NCCL_EFFICIENCY, RAW_EFFICIENCY, calibrated_cluster  # noqa: E402
 from nest.simulate import simulate  # noqa: E402
 from nest.specs import JobSpec, OptimizerSpec  # noqa: E402
+from nest.planner import _problem  # noqa: E402
 from nest.tables import Candidate, Scenario  # noqa: E402
 
 from points import POINTS, SOURCES, Point, cluster_of  # noqa: E402
@@ -152,21 +153,19 @@ def summary(rows: list[Row], attr: str) -> tuple[float, float, str]:
 
 
 def nest_first_stage_memory(point: Point, sp: bool, recompute: str) -> tuple[float, float]:
-    """(weights and optimizer, activations) bytes nest charges the first (virtual) stage
-    (``memory_per_device`` of that stage without the reserved workspace and the
-    recomputation buffer, which the formula does not have)."""
+    """(weights and optimizer, activations) bytes nest's DP charges the first (virtual)
+    stage position, read from the DP's own tables (``memory_per_device`` of that stage
+    without the reserved workspace and the recomputation buffer, which the formula does
+    not have)."""
     cluster = timing_cluster(point)
-    job = job_of(point)
-    scn = Scenario(point.model, cluster, job)
+    scn = Scenario(point.model, cluster, job_of(point))
     cfg = LayerConfig(point.tp, sp, point.mbs, recompute, point.model.tied_embeddings and point.pp > 1,
                       point.cp)
-    cand = Candidate(cfg, point.pp, point.dp, point.vp, point.zero)
-    costs, sync = scn.kind_costs(cfg), scn.sync_terms(cand)
+    problem = _problem(scn, [Candidate(cfg, point.pp, point.dp, point.vp, point.zero)])
     first = megatron_split(point.model.num_layers, point.pp, point.vp)[0]
-    kinds = scn.kinds[:first]
-    weights = point.vp * sum(costs[k].params_dense * sync.dense_bytes + costs[k].params_expert * sync.expert_bytes
-                             for k in kinds)
-    activations = float(scn.inflight(cand)[0]) * sum(costs[k].act_bytes for k in kinds)
+    weights = (float(problem.pos_mem_fixed[0])
+               + float(problem.cand_mem_per_param[0]) * float(problem.mem_params[0, :first].sum()))
+    activations = float(problem.pos_inflight[0]) * float(problem.act_bytes[0, :first].sum())
     return weights, activations
 
 

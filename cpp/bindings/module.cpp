@@ -61,7 +61,8 @@ py::tuple solve(const py::object& time_ps, const py::object& params, const py::o
                 const py::object& cand_offset, const py::object& cand_head_scale,
                 const py::object& cand_mem_fixed, const py::object& cand_mem_per_param, const py::object& cand_g0,
                 const py::object& cand_g1, const py::object& cand_lower_bound, const py::object& pos_offset,
-                const py::object& pos_inflight, const py::object& pos_tier, double capacity, int threads) {
+                const py::object& pos_inflight, const py::object& pos_mem_fixed, const py::object& pos_tier,
+                double capacity, int threads) {
     nest::Problem pb;
     pb.time_ps = view<int64_t>(time_ps, "time_ps", 2);
     pb.params = view<int64_t>(params, "params", 2);
@@ -79,6 +80,7 @@ py::tuple solve(const py::object& time_ps, const py::object& params, const py::o
     pb.cand_lower_bound = view<int64_t>(cand_lower_bound, "cand_lower_bound", 1);
     pb.pos_offset = view<int64_t>(pos_offset, "pos_offset", 1);
     pb.pos_inflight = view<double>(pos_inflight, "pos_inflight", 1);
+    pb.pos_mem_fixed = view<double>(pos_mem_fixed, "pos_mem_fixed", 1);
     pb.pos_tier = view<int64_t>(pos_tier, "pos_tier", 1);
     pb.capacity = capacity;
 
@@ -105,7 +107,7 @@ PYBIND11_MODULE(_core, m) {
     m.def("solve", &solve, py::arg("time_ps"), py::arg("params"), py::arg("mem_params"), py::arg("act_bytes"), py::arg("send_ps"),
           py::arg("cand_config"), py::arg("cand_scale"), py::arg("cand_offset"), py::arg("cand_head_scale"), py::arg("cand_mem_fixed"), py::arg("cand_mem_per_param"),
           py::arg("cand_g0"), py::arg("cand_g1"), py::arg("cand_lower_bound"), py::arg("pos_offset"),
-          py::arg("pos_inflight"), py::arg("pos_tier"), py::arg("capacity"), py::arg("threads") = 0,
+          py::arg("pos_inflight"), py::arg("pos_mem_fixed"), py::arg("pos_tier"), py::arg("capacity"), py::arg("threads") = 0,
           "Solve every candidate of a DPProblem's arrays; returns (status, objective, max_time, max_params,\n"
           "ends, best). threads <= 0 uses the OpenMP default. Raises ValueError on bad input.");
     m.def("has_openmp", &nest::has_openmp, "Whether the core was compiled with OpenMP.");

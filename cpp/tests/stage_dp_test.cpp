@@ -95,7 +95,7 @@ struct Array {
 struct Owned {
     Array<int64_t> time_ps, params, mem_params, act_bytes, send_ps;
     Array<int64_t> cand_config, cand_scale, cand_offset, cand_head_scale, cand_lower_bound, pos_offset, pos_tier;
-    Array<double> cand_mem_fixed, cand_mem_per_param, cand_g0, cand_g1, pos_inflight;
+    Array<double> cand_mem_fixed, cand_mem_per_param, cand_g0, cand_g1, pos_inflight, pos_mem_fixed;
     double capacity = 0;
 
     nest::Problem view() const {
@@ -116,6 +116,7 @@ struct Owned {
         p.cand_lower_bound = cand_lower_bound.view();
         p.pos_offset = pos_offset.view();
         p.pos_inflight = pos_inflight.view();
+        p.pos_mem_fixed = pos_mem_fixed.view();
         p.pos_tier = pos_tier.view();
         p.capacity = capacity;
         return p;
@@ -196,6 +197,7 @@ Owned random_problem(Rng& rng, int64_t max_nodes, int64_t max_candidates) {
     const int64_t P = o.pos_offset.v[N];
     o.pos_tier = Array<int64_t>::make({P});
     o.pos_inflight = Array<double>::make({P});
+    o.pos_mem_fixed = Array<double>::make({P});
     const bool one_f_one_b = rng.chance(0.5);
     const double inflight_unit = rng.chance(0.5) ? 0.5 : 1.0;
     for (int64_t n = 0; n < N; ++n)
@@ -227,9 +229,13 @@ Owned random_problem(Rng& rng, int64_t max_nodes, int64_t max_candidates) {
         o.cand_mem_per_param.v[n] = rng.uniform(0, 1) * o.capacity / std::max(w_total[c], 1.0) / tight;
         for (int64_t q = o.pos_offset.v[n]; q < o.pos_offset.v[n + 1]; ++q)
             o.pos_inflight.v[q] *= o.capacity / std::max(a_total[c], 1.0) / 3.0;
+        for (int64_t q = o.pos_offset.v[n]; q < o.pos_offset.v[n + 1]; ++q)
+            o.pos_mem_fixed.v[q] =
+                rng.chance(0.3) ? std::round(rng.uniform(0.0, 0.4) * o.capacity * 10) / 10 : 0.0;
         if (memory_free) {
             o.cand_mem_fixed.v[n] = o.cand_mem_per_param.v[n] = 0.0;
-            for (int64_t q = o.pos_offset.v[n]; q < o.pos_offset.v[n + 1]; ++q) o.pos_inflight.v[q] = 0.0;
+            for (int64_t q = o.pos_offset.v[n]; q < o.pos_offset.v[n + 1]; ++q)
+                o.pos_inflight.v[q] = o.pos_mem_fixed.v[q] = 0.0;
         }
         if (nothing_fits) o.cand_mem_fixed.v[n] = 2 * o.capacity;
         o.cand_scale.v[n] = rng.integer(0, 4);
@@ -314,8 +320,8 @@ Split cost(const Owned& o, int64_t n, const std::vector<int64_t>& ends) {
         if (k < p - 1) t += o.send_ps.v[(c * NT + o.pos_tier.v[start + k]) * L + j - 1];
         if (k > 0) t += o.send_ps.v[(c * NT + o.pos_tier.v[start + k - 1]) * L + i - 1];
         // Same evaluation order as the DP (and Python): fixed + per_param * M + inflight * A.
-        const double memory = o.cand_mem_fixed.v[n] + o.cand_mem_per_param.v[n] * double(m) +
-                              o.pos_inflight.v[start + k] * double(a);
+        const double memory = o.cand_mem_fixed.v[n] + o.pos_mem_fixed.v[start + k] +
+                              o.cand_mem_per_param.v[n] * double(m) + o.pos_inflight.v[start + k] * double(a);
         if (!(memory <= o.capacity)) s.fits = false;
         s.time = std::max(s.time, t);
         if (k < p - 1) s.head = std::max(s.head, t);
@@ -489,6 +495,7 @@ void single_candidate(Owned& o, int64_t L, int64_t p) {
     o.pos_tier = Array<int64_t>::make({p}, 0);
     o.pos_tier.v[p - 1] = -1;
     o.pos_inflight = Array<double>::make({p}, 0.0);
+    o.pos_mem_fixed = Array<double>::make({p}, 0.0);
     o.capacity = 1e18;
 }
 
@@ -520,6 +527,7 @@ std::vector<Mutation> mutations() {
         m.push_back({"bad cand_g0", kReject, dbl(&Owned::cand_g0, value)});
         m.push_back({"bad cand_g1", kReject, dbl(&Owned::cand_g1, value)});
         m.push_back({"bad pos_inflight", kReject, dbl(&Owned::pos_inflight, value)});
+        m.push_back({"bad pos_mem_fixed", kReject, dbl(&Owned::pos_mem_fixed, value)});
     }
     m.push_back({"nan capacity", kReject, [](Owned& o, Rng&) { o.capacity = kNaN; }});
     m.push_back({"inf capacity", kReject, [](Owned& o, Rng&) { o.capacity = kPosInf; }});
@@ -555,12 +563,14 @@ std::vector<Mutation> mutations() {
                      o.pos_offset.v[1] = 0;
                      o.pos_tier.resize1(0);
                      o.pos_inflight.resize1(0);
+                     o.pos_mem_fixed.resize1(0);
                  }});
     m.push_back({"more stages than nodes", kReject, [](Owned& o, Rng&) {
                      single_candidate(o, 3, 3);
                      o.pos_offset.v[1] = 4;
                      o.pos_tier.resize1(4, 0);
                      o.pos_inflight.resize1(4, 0.0);
+                     o.pos_mem_fixed.resize1(4, 0.0);
                  }});
     m.push_back({"decreasing pos_offset", kReject, [](Owned& o, Rng&) {
                      single_candidate(o, 4, 2);
@@ -571,6 +581,7 @@ std::vector<Mutation> mutations() {
                      o.pos_offset.v[2] = 2;
                      o.pos_tier.resize1(2, 0);
                      o.pos_inflight.resize1(2, 0.0);
+                     o.pos_mem_fixed.resize1(2, 0.0);
                  }});
     m.push_back({"pos_offset[N] = INT64_MAX", kReject, [](Owned& o, Rng&) {
                      o.pos_offset.v.back() = kMax;
@@ -589,6 +600,7 @@ std::vector<Mutation> mutations() {
                          o.pos_offset.v[3] = 3;
                          o.pos_tier = Array<int64_t>::make({3}, -1);
                          o.pos_inflight.resize1(3, 0.0);
+                         o.pos_mem_fixed.resize1(3, 0.0);
                      }});
     }
     // Shapes.
@@ -651,6 +663,8 @@ std::vector<Mutation> mutations() {
     m.push_back({"pos_offset empty", kReject, [](Owned& o, Rng&) { o.pos_offset.resize1(0); }});
     m.push_back({"pos_inflight one shorter", kReject,
                  [](Owned& o, Rng&) { o.pos_inflight.resize1(o.pos_inflight.shape[0] - 1); }});
+    m.push_back({"pos_mem_fixed one longer", kReject,
+                 [](Owned& o, Rng&) { o.pos_mem_fixed.resize1(o.pos_mem_fixed.shape[0] + 1, 0.0); }});
     m.push_back({"pos_tier one longer", kReject,
                  [](Owned& o, Rng&) { o.pos_tier.resize1(o.pos_tier.shape[0] + 1, 0); }});
     m.push_back({"negative extent", kReject, [](Owned& o, Rng&) {
@@ -677,6 +691,7 @@ std::vector<Mutation> mutations() {
                      o.pos_offset.resize1(1);
                      o.pos_tier.resize1(0);
                      o.pos_inflight.resize1(0);
+                     o.pos_mem_fixed.resize1(0);
                  }});
     m.push_back({"no candidates", kEither, [](Owned& o, Rng&) {
                      for_candidate_arrays(o, [](Array<int64_t>& a) { a.resize1(0); },
@@ -684,6 +699,7 @@ std::vector<Mutation> mutations() {
                      o.pos_offset.resize1(1);
                      o.pos_tier.resize1(0);
                      o.pos_inflight.resize1(0);
+                     o.pos_mem_fixed.resize1(0);
                  }});
     m.push_back({"no configs, no candidates", kEither, [](Owned& o, Rng&) {
                      const int64_t L = o.time_ps.shape[1], NT = o.send_ps.shape[1];
@@ -694,6 +710,7 @@ std::vector<Mutation> mutations() {
                      o.pos_offset.resize1(1);
                      o.pos_tier.resize1(0);
                      o.pos_inflight.resize1(0);
+                     o.pos_mem_fixed.resize1(0);
                  }});
     m.push_back({"no tiers, one stage", kEither, [](Owned& o, Rng&) {
                      single_candidate(o, 5, 1);
@@ -832,6 +849,7 @@ Owned large_problem(Rng& rng) {
     const int64_t P = o.pos_offset.v[N];
     o.pos_tier = Array<int64_t>::make({P});
     o.pos_inflight = Array<double>::make({P});
+    o.pos_mem_fixed = Array<double>::make({P});
     for (int64_t n = 0; n < N; ++n) {
         const int64_t p = o.pos_offset.v[n + 1] - o.pos_offset.v[n];
         for (int64_t k = 0; k < p; ++k) {

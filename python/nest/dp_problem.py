@@ -13,9 +13,10 @@ Notation (one candidate = one intra-layer configuration with a fixed stage count
 * stage time ``T_k = sum(time[i..j)) + send[tier_k][j-1]   (k < p-1: activations forward)
   + send[tier_{k-1}][i-1]   (k > 0: gradients backward)`` -- the sender pays.
 * stage parameters ``W_k = sum(params[i..j))`` (the weight of the exposed sync).
-* stage memory ``mem_fixed + mem_per_param * M_k + inflight_k * sum(act[i..j))`` with
-  ``M_k = sum(mem_params[i..j))`` must be ``<= capacity`` (evaluated in float64 in exactly
-  this order). ``params`` and ``mem_params`` differ when parameter kinds are synchronised
+* stage memory ``mem_fixed + pos_mem_fixed_k + mem_per_param * M_k + inflight_k *
+  sum(act[i..j))`` with ``M_k = sum(mem_params[i..j))`` must be ``<= capacity`` (evaluated
+  in float64 in exactly this order; ``pos_mem_fixed_k``: bytes position ``k`` holds besides
+  its own segment). ``params`` and ``mem_params`` differ when parameter kinds are synchronised
   and sharded differently (MoE experts versus dense weights).
 * objective ``F = scale * max_k T_k + head_scale * H + offset + G(max_k W_k)`` with
   ``H = max_{k < p-1} T_k`` (0 when ``p = 1``) the slowest stage before the last one,
@@ -80,6 +81,7 @@ class DPProblem:
     cand_lower_bound: np.ndarray  # int64 [N]
     pos_offset: np.ndarray  # int64 [N + 1]
     pos_inflight: np.ndarray  # float64 [P]
+    pos_mem_fixed: np.ndarray  # float64 [P]
     pos_tier: np.ndarray  # int64 [P]; entry k: tier of the boundary after stage k (-1 last)
     capacity: float
 
@@ -87,12 +89,14 @@ class DPProblem:
     def build(**arrays) -> "DPProblem":
         """Coerce arrays to the exact dtypes and layouts and check their shapes.
 
-        ``mem_params`` defaults to ``params``, ``cand_offset`` and ``cand_head_scale`` to zeros.
+        ``mem_params`` defaults to ``params``, ``cand_offset``, ``cand_head_scale`` and
+        ``pos_mem_fixed`` to zeros.
         """
         arrays = dict(arrays)
         arrays.setdefault("mem_params", arrays["params"])
         for name in ("cand_offset", "cand_head_scale"):
             arrays.setdefault(name, np.zeros(len(arrays["cand_scale"]), dtype=np.int64))
+        arrays.setdefault("pos_mem_fixed", np.zeros(len(arrays["pos_inflight"])))
         spec = {
             "time_ps": (np.int64, 2), "params": (np.int64, 2), "mem_params": (np.int64, 2),
             "act_bytes": (np.int64, 2),
@@ -101,7 +105,7 @@ class DPProblem:
             "cand_mem_fixed": (np.float64, 1), "cand_mem_per_param": (np.float64, 1),
             "cand_g0": (np.float64, 1), "cand_g1": (np.float64, 1),
             "cand_lower_bound": (np.int64, 1), "pos_offset": (np.int64, 1),
-            "pos_inflight": (np.float64, 1), "pos_tier": (np.int64, 1),
+            "pos_inflight": (np.float64, 1), "pos_mem_fixed": (np.float64, 1), "pos_tier": (np.int64, 1),
         }
         coerced = {name: _as_array(name, arrays[name], dtype, ndim)
                    for name, (dtype, ndim) in spec.items()}
@@ -136,14 +140,15 @@ class DPProblem:
         if self.pos_offset.shape != (n + 1,) or self.pos_offset[0] != 0:
             raise ValueError("pos_offset must have candidates + 1 entries starting at 0")
         total = int(self.pos_offset[-1])
-        if self.pos_inflight.shape != (total,) or self.pos_tier.shape != (total,):
-            raise ValueError("pos_inflight and pos_tier must have pos_offset[-1] entries")
+        if any(a.shape != (total,) for a in (self.pos_inflight, self.pos_mem_fixed, self.pos_tier)):
+            raise ValueError("pos_inflight, pos_mem_fixed and pos_tier must have pos_offset[-1] entries")
         if nodes == 0:
             raise ValueError("the layer chain is empty")
         for name in ("time_ps", "params", "mem_params", "act_bytes", "send_ps"):
             if (getattr(self, name) < 0).any():
                 raise ValueError(f"{name} must be non-negative")
-        for name in ("cand_mem_fixed", "cand_mem_per_param", "cand_g0", "cand_g1", "pos_inflight"):
+        for name in ("cand_mem_fixed", "cand_mem_per_param", "cand_g0", "cand_g1", "pos_inflight",
+                     "pos_mem_fixed"):
             values = getattr(self, name)
             if not np.isfinite(values).all() or (values < 0).any():
                 raise ValueError(f"{name} must be finite and non-negative")

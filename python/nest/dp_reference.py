@@ -40,6 +40,7 @@ class _Candidate:
         self.send = problem.send_ps[c].tolist()
         start = int(problem.pos_offset[n])
         self.inflight = problem.pos_inflight[start:start + self.p].tolist()
+        self.pos_fixed = problem.pos_mem_fixed[start:start + self.p].tolist()
         self.tier = problem.pos_tier[start:start + self.p].tolist()
         self.mem_fixed = float(problem.cand_mem_fixed[n])
         self.mem_per_param = float(problem.cand_mem_per_param[n])
@@ -57,9 +58,13 @@ class _Candidate:
         return self.prefix_params[j] - self.prefix_params[i]
 
     def fits(self, k: int, i: int, j: int) -> bool:
+        return self.memory(k, i, j) <= self.capacity
+
+    def memory(self, k: int, i: int, j: int) -> float:
+        """Bytes stage ``k`` needs for nodes ``[i, j)`` (the DP's float64 order)."""
         w = float(self.prefix_mem[j] - self.prefix_mem[i])
         a = float(self.prefix_act[j] - self.prefix_act[i])
-        return self.mem_fixed + self.mem_per_param * w + self.inflight[k] * a <= self.capacity
+        return self.mem_fixed + self.pos_fixed[k] + self.mem_per_param * w + self.inflight[k] * a
 
     def allowed(self, k: int, i: int, j: int, t_cap: int, w_cap: int, l_cap: int | None = None) -> bool:
         """Stage ``k`` may take nodes ``[i, j)`` (``l_cap``, default ``t_cap``: the time
@@ -231,11 +236,8 @@ def stage_details(problem: DPProblem, n: int, ends: list[int]) -> list[dict]:
     details = []
     for k, (i, j) in enumerate(zip(starts, ends)):
         w = cand.stage_params(i, j)
-        a = cand.prefix_act[j] - cand.prefix_act[i]
-        mem = cand.prefix_mem[j] - cand.prefix_mem[i]
-        memory = cand.mem_fixed + cand.mem_per_param * float(mem) + cand.inflight[k] * float(a)
         details.append({"start": i, "end": j, "time_ps": cand.stage_time(k, i, j), "params": w,
-                        "memory_bytes": memory, "fits": cand.fits(k, i, j)})
+                        "memory_bytes": cand.memory(k, i, j), "fits": cand.fits(k, i, j)})
     return details
 
 

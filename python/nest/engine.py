@@ -49,7 +49,7 @@ def solve(problem: DPProblem, engine: str = "cpp", threads: int | None = None) -
         p.time_ps, p.params, p.mem_params, p.act_bytes, p.send_ps, p.cand_config, p.cand_scale,
         p.cand_offset, p.cand_head_scale,
         p.cand_mem_fixed, p.cand_mem_per_param, p.cand_g0, p.cand_g1, p.cand_lower_bound,
-        p.pos_offset, p.pos_inflight, p.pos_tier)]
+        p.pos_offset, p.pos_inflight, p.pos_mem_fixed, p.pos_tier)]
     status, objective, max_time, max_params, ends, best = _core().solve(
         *arrays, float(p.capacity), 0 if threads is None else int(threads))
     return DPResult(status, objective, max_time, max_params, ends, int(best))

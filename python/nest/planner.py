@@ -263,7 +263,7 @@ def _build_problem(scn: Scenario, rows: dict, capacity: float | None = None) -> 
         cand_mem_fixed=rows["mem_fixed"],
         cand_mem_per_param=rows["mem_per_param"], cand_g0=rows["g0"], cand_g1=rows["g1"],
         cand_lower_bound=_table_bound(rows), pos_offset=rows["pos_offset"],
-        pos_inflight=rows["pos_inflight"], pos_tier=rows["pos_tier"],
+        pos_inflight=rows["pos_inflight"], pos_mem_fixed=rows["pos_mem_fixed"], pos_tier=rows["pos_tier"],
         capacity=scn.cluster.device.memory_bytes if capacity is None else capacity)
 
 
@@ -276,6 +276,7 @@ def _select(rows: dict, keep: np.ndarray) -> dict:
                                                "scale", "head_scale", "offset", "mem_fixed",
                                                "mem_per_param", "g0", "g1")}
     out["pos_inflight"] = rows["pos_inflight"][position_keep]
+    out["pos_mem_fixed"] = rows["pos_mem_fixed"][position_keep]
     out["pos_tier"] = rows["pos_tier"][position_keep]
     out["pos_offset"] = np.concatenate(([0], np.cumsum(positions[keep]))).astype(np.int64)
     return out

@@ -869,6 +869,32 @@ class Scenario:
         send = to_ps(alpha[:, :, None] + beta[:, :, None] * out[:, None, :])
         return send, [np.arange(p, dtype=np.int64) for p in cands.pp.tolist()]
 
+    @staticmethod
+    def _interleaved_ends(mem_params: np.ndarray, vp: np.ndarray, owner: np.ndarray, device: np.ndarray,
+                          pp: np.ndarray) -> np.ndarray:
+        """Per stage position, the bytes it holds besides its own segment; moves them out of
+        ``mem_params`` (in place).
+
+        The DP checks an interleaved rank as ``v`` copies of each of its chunks, which
+        bounds the sum of its chunks. The first node (embedding) always sits in the first
+        chunk of rank 0 and the last (output layer) in the last chunk of rank ``p - 1``, so
+        they are charged once to every position of their rank instead of ``v`` times to
+        their chunk's: rank 0 holds ``E + sum of its chunks' other nodes <= E + v x its
+        largest`` (``E`` the first node's bytes), which the check of its largest chunk
+        covers; likewise for the last rank. Without interleaving nothing moves.
+        """
+        fixed = np.zeros(len(owner))
+        split = vp > 1
+        if mem_params.shape[1] < 2 or not split.any():
+            return fixed
+        first, last = mem_params[:, 0].astype(np.float64), mem_params[:, -1].astype(np.float64)
+        on = split[owner]
+        fixed += np.where(on & (device == 0), first[owner], 0.0)
+        fixed += np.where(on & (device == pp - 1), last[owner], 0.0)
+        mem_params[split, 0] = 0
+        mem_params[split, -1] = 0
+        return fixed
+
     def price(self, table: ConfigTable, cands: CandidateArrays) -> dict[str, np.ndarray]:
         """The DP's per-candidate tables of ``cands`` (see :class:`~nest.dp_problem.DPProblem`)."""
         terms, boundary = self.exact_terms(table, cands)
@@ -898,11 +924,13 @@ class Scenario:
         tier_offset = np.concatenate(([0], np.cumsum(cands.pp)))[:-1]
         pos_tier = tiers[tier_offset[owner] + device].astype(np.int64)
         pos_tier[offset[1:] - 1] = -1
+        mem_params = np.ceil(sync["dense_bytes"][:, None] * dense
+                             + sync["expert_bytes"][:, None] * expert).astype(np.int64)[:, take]
+        pos_mem_fixed = self._interleaved_ends(mem_params, v, owner, device, p)
         return {
             "time_ps": to_ps(seconds)[:, take],
             "params": to_ps(self.sync_weights(table, cands, terms))[:, take],
-            "mem_params": np.ceil(sync["dense_bytes"][:, None] * dense
-                                  + sync["expert_bytes"][:, None] * expert).astype(np.int64)[:, take],
+            "mem_params": mem_params,
             "act_bytes": table.cols["act_bytes"][cands.config][:, take],
             "send_ps": np.ascontiguousarray(send),
             "mem_fixed": (self.job.reserved_memory_bytes + table.transient[cands.config]).astype(np.float64),
@@ -910,6 +938,7 @@ class Scenario:
             "g0": sync["fixed_s"] * PS,
             "g1": v.astype(np.float64),
             "pos_inflight": inflight,
+            "pos_mem_fixed": pos_mem_fixed,
             "pos_tier": pos_tier,
             "pos_offset": offset,
         }
