@@ -26,8 +26,9 @@ Notation (one candidate = one intra-layer configuration with a fixed stage count
 
 Among splits with the smallest ``F`` the DP returns the one with the smallest
 ``max T`` (``head_scale > 0``: the smallest ``H``), then the smallest ``max W`` (then the
-fastest last stage), then the lexicographically smallest vector of stage ends. Candidates are visited in the given order in chunks of ``CHUNK``; a
-candidate whose ``lower_bound`` exceeds the best objective of earlier chunks is pruned.
+fastest last stage), then the lexicographically smallest vector of stage ends.
+Candidates are visited in the given order in chunks of ``CHUNK``; a candidate whose
+``lower_bound`` exceeds the best objective of earlier chunks is pruned.
 The chunking makes the set of pruned candidates independent of the thread count.
 """
 

@@ -2,9 +2,10 @@
 
 The stage DP prices a step with a closed form (:mod:`nest.pipeline`): 1F1B ``(m - 1) x
 slowest stage + sum of the stage times``, interleaved ``m ((v - 1) H + max(H, T_last)) +
-(p - 1) H`` (``H`` the slowest virtual stage before the last one), plus the exposed DP sync and optimizer step of the heaviest stage. This module
-checks it along an independent path: it builds the tasks of one step and lets them run
-on their devices and links in the order Megatron-LM issues them.
+(p - 1) H`` (``H`` the slowest virtual stage before the last one), plus the exposed DP
+sync and optimizer step of the heaviest stage. This module checks it along an
+independent path: it builds the tasks of one step and lets them run on their devices and
+links in the order Megatron-LM issues them.
 
 * **Tasks.** Per virtual stage ``q`` (nodes ``[s_q, e_q)`` of the layer chain) and
   micro-batch ``j``: a forward ``F(q, j)``; with recomputation a recompute ``R(q, j)``
@@ -54,8 +55,8 @@ pipeline takes exactly ``m ((v - 1) H + max(H, T_last)) + (p - 1) H`` for a last
 least as slow (:func:`pad_to_closed_form` reproduces it to rounding); otherwise the
 simulation is faster, because a rank's steady-state load is the sum of its own chunks,
 not ``v - 1`` times the slowest chunk, and the fill and drain cost the other stages' own
-times -- the exact form is not a chain DP. The end-of-step sync of a rank covers its own chunks
-(the closed form: ``v x`` the heaviest) and starts when that rank is done. Stages that
+times -- the exact form is not a chain DP. The end-of-step sync of a rank covers its own
+chunks (the closed form: ``v x`` the heaviest) and starts when that rank is done. Stages that
 split forward and backward very differently can make either schedule slower than the
 closed form (not the case for transformer plans).
 """
