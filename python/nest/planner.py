@@ -199,7 +199,7 @@ def _candidate_bound(scn: Scenario, table: ConfigTable, cands: CandidateArrays) 
     send = table._cache["sends"][cands.config, scn.boundary_floor(table, cands)]
     micro = scn.job.micro_batches(cands.dp, table.arrays.micro_batch[cands.config])
     sync = scn.sync_columns(cands, terms)
-    weights = to_ps(scn.sync_weights(table, cands, terms))
+    weights = to_ps(scn.sync_weights(table, cands, terms, sync))
     g = _sync_floor(sync["fixed_s"] * PS, cands.vp.astype(np.float64), _config_sums(scn, weights),
                     weights.max(axis=1), positions)
     t_sum = _config_sums(scn, kinds)

@@ -839,12 +839,15 @@ class Scenario:
         out["fixed_s"] = fixed
         return out
 
-    def sync_weights(self, table: ConfigTable, cands: CandidateArrays, terms: GroupTerms) -> np.ndarray:
+    def sync_weights(self, table: ConfigTable, cands: CandidateArrays, terms: GroupTerms,
+                     sync: dict[str, np.ndarray] | None = None) -> np.ndarray:
         """``[candidate, kind]`` seconds of one node's end-of-step sync and optimizer step
         (the DP's ``params`` weights before rounding): per parameter prices times the
         node's parameters, only the exposed part of overlapped collectives
-        (:func:`sync_exposed`). Monotone in the terms, so floor terms give floors."""
-        sync = self.sync_columns(cands, terms)
+        (:func:`sync_exposed`). Monotone in the terms, so floor terms give floors.
+        ``sync``: :meth:`sync_columns` of the same terms, if the caller has it."""
+        if sync is None:
+            sync = self.sync_columns(cands, terms)
         col = lambda name: table.cols[name][cands.config]  # noqa: E731
         dense, expert = col("params_dense").astype(np.float64), col("params_expert").astype(np.float64)
 
@@ -929,7 +932,7 @@ class Scenario:
         pos_mem_fixed = self._interleaved_ends(mem_params, v, owner, device, p)
         return {
             "time_ps": to_ps(seconds)[:, take],
-            "params": to_ps(self.sync_weights(table, cands, terms))[:, take],
+            "params": to_ps(self.sync_weights(table, cands, terms, sync))[:, take],
             "mem_params": mem_params,
             "act_bytes": table.cols["act_bytes"][cands.config][:, take],
             "send_ps": np.ascontiguousarray(send),
