@@ -61,6 +61,27 @@ def test_model_flops_follow_narayanan():
     assert cost.model_flops * 4 == pytest.approx(72 * b * s * h * h * (1 + s / (6 * h)), rel=1e-12)
 
 
+def test_grouped_query_attention_keeps_the_core_flops():
+    """GQA shares key/value heads but every query head still computes its scores and
+    weights the values: the attention core costs the same as with one KV head per query
+    head, the block's FLOPs differ only by the smaller K/V projections, and the context
+    activation stays heads x head_dim wide."""
+    from dataclasses import replace
+
+    mha = MODELS["llama2-7b"]
+    gqa = replace(mha, name="llama2-7b-gqa", num_kv_heads=mha.num_heads // 4)
+    job = JobSpec(global_batch=64, seq_len=4096)
+    b, s, h, d = 1, 4096, mha.hidden, mha.head_dim
+    for cfg in (LayerConfig(1, False, b, "none"), LayerConfig(4, True, b, "none")):
+        one, grouped = _block(mha, job, cfg), _block(gqa, job, cfg)
+        assert grouped.core_fwd_s == one.core_fwd_s and grouped.core_bwd_s == one.core_bwd_s
+        kv_saved = 2 * h * (mha.num_heads - gqa.num_kv_heads) * d  # K and V projection weights
+        assert (one.model_flops - grouped.model_flops) * cfg.tp == pytest.approx(6 * b * s * kv_saved, rel=1e-12)
+        # only the K and V outputs shrink among the kept activations
+        kv_bytes = 2 * b * s * (mha.num_heads - gqa.num_kv_heads) * d * 2 / cfg.tp
+        assert one.act_bytes - grouped.act_bytes == pytest.approx(kv_bytes, rel=1e-12)
+
+
 def test_full_recompute_adds_a_forward_pass():
     job = JobSpec(global_batch=64, seq_len=2048)
     none = _block(GPT, job, LayerConfig(8, True, 1, "none"))

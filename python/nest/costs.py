@@ -228,7 +228,7 @@ class NodeCostModel:
         model FLOPs) of attention."""
         a, n, s, b = self.attn, self._tokens(cfg), self.job.seq_len, cfg.micro_batch
         flops = 2 * n * a.projection_params
-        core_flops = 2 * b * (s // cfg.cp) * s * (a.q_width + a.v_width)
+        core_flops = 2 * b * (s // cfg.cp) * s * (a.q_width + a.o_width)
         return (*self._attention_kernels(n, s, b, cfg.tp, cfg.cp, self._replicated(cfg), self.k.gemm, self.k.bmm),
                 flops + core_flops)
 
@@ -242,8 +242,9 @@ class NodeCostModel:
             gemm = gemm_of(n, a.projection_params / h / t, h)
         else:
             gemm = gemm_of(n, (a.q_width + a.k_width + a.v_width) / t, h) + gemm_of(n, h, a.q_width / t)
-        # scores (q x k) and values, each rank's s/cp queries against all s keys
-        core_flops = 2 * b * (s // cp) * s * (a.q_width + a.v_width)
+        # scores (q x k) and values, each rank's s/cp queries against all s keys; with
+        # grouped keys and values every query head still computes its own products
+        core_flops = 2 * b * (s // cp) * s * (a.q_width + a.o_width)
         norm_residual = (2 + 3) * n * h * e / rep  # norm (r+w), residual + dropout
         if self.job.flash_attention:
             causal = 0.5 if m.causal else 1.0
@@ -254,7 +255,7 @@ class NodeCostModel:
             heads = m.num_heads // t
             s_q = s // cp
             # one strided-batched launch per matmul over micro-batch x heads
-            core = bmm_of(s_q, s, a.score_dim, b * heads) + bmm_of(s_q, a.v_width / m.num_heads, s, b * heads)
+            core = bmm_of(s_q, s, a.score_dim, b * heads) + bmm_of(s_q, a.o_width / m.num_heads, s, b * heads)
             core_bwd = 2.0 * core
             scores = b * heads * s_q * s * e
             elementwise = k.stream(norm_residual + 3 * 2 * scores, kernels=6)
@@ -297,7 +298,7 @@ class NodeCostModel:
         rep = self._replicated(cfg)
         dropout_masks = 2 * sbh if m.dropout else 0  # one byte per element, two masks
         outside = 4 * sbh * e + dropout_masks  # two norm inputs, the QKV and fc1 inputs
-        inside = e * s * b * (a.q_width + a.k_width + a.v_width) + e * s * b * a.v_width
+        inside = e * s * b * (a.q_width + a.k_width + a.v_width) + e * s * b * a.o_width
         scores = m.num_heads * s * self.job.seq_len * b
         if self.job.flash_attention:
             core = 4 * m.num_heads * s * b  # fp32 log-sum-exp; the output is the projection input
@@ -471,7 +472,7 @@ class NodeCostModel:
         rep = self._replicated_v(c)
         dropout_masks = 2 * sbh if m.dropout else 0
         outside = 4 * sbh * e + dropout_masks
-        inside = e * s * b * (a.q_width + a.k_width + a.v_width) + e * s * b * a.v_width
+        inside = e * s * b * (a.q_width + a.k_width + a.v_width) + e * s * b * a.o_width
         scores = m.num_heads * s * self.job.seq_len * b
         if self.job.flash_attention:
             core = 4 * m.num_heads * s * b
@@ -592,8 +593,8 @@ def table_is_exact(model: ModelSpec, job: JobSpec, e: int, max_micro_batch: int)
                3 * n * m.moe_ffn_hidden * e]
     if m.is_moe:
         divided += [4 * n * m.experts_per_token * m.hidden * e, n * (m.hidden + m.num_experts) * 4]
-    products = [m.num_heads * s * s * b * (2 * e + 1), 2 * b * s * s * (a.q_width + a.v_width),
-                e * s * b * (a.q_width + a.k_width + 2 * a.v_width + 3 * ffn + 3 * m.ffn_hidden),
+    products = [m.num_heads * s * s * b * (2 * e + 1), 2 * b * s * s * (a.q_width + a.o_width),
+                e * s * b * (a.q_width + a.k_width + a.v_width + a.o_width + 3 * ffn + 3 * m.ffn_hidden),
                 4 * n * m.vocab_size, 8 * n * m.hidden * e]
     return max(divided) < _EXACT and max(products) < _INT64_SAFE
 

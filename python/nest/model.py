@@ -64,6 +64,7 @@ class AttentionShape:
     v_width: int
     projection_params: int  # all weight matrices of the block's attention
     score_dim: int  # per-head dimension of the QK^T product
+    o_width: int  # attention output (context) width: every query head's values
 
 
 def attention_shape(model: ModelSpec) -> AttentionShape:
@@ -78,10 +79,13 @@ def attention_shape(model: ModelSpec) -> AttentionShape:
         kv = h * (model.kv_lora_rank + model.qk_rope_head_dim)
         kv += model.kv_lora_rank * heads * (model.qk_nope_head_dim + model.v_head_dim)
         out = heads * model.v_head_dim * h
-        return AttentionShape(heads * qk, heads * qk, heads * model.v_head_dim, q + kv + out, qk)
+        return AttentionShape(heads * qk, heads * qk, heads * model.v_head_dim, q + kv + out, qk,
+                              heads * model.v_head_dim)
     d = model.head_dim
     q, kv = heads * d, model.num_kv_heads * d
-    return AttentionShape(q, kv, kv, h * (q + 2 * kv) + q * h, d)
+    # GQA: query heads share key/value heads, but each still weights the values: the
+    # context is heads x d wide
+    return AttentionShape(q, kv, kv, h * (q + 2 * kv) + q * h, d, q)
 
 
 def _attention_params(model: ModelSpec, tp: int) -> float:
