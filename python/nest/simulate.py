@@ -565,7 +565,8 @@ def render_simulation(result: SimResult) -> str:
     times = [s.time_s for s in result.stages]
     if len(times) > 1 and max(times) > 0:
         lines.append(f"  stage times per micro-batch {min(times):.4g}..{max(times):.4g} s"
-                     + (": the closed form charges every chunk as the slowest one" if result.vp > 1 else ""))
+                     + (": the closed form charges every chunk before the last as the slowest of them"
+                        if result.vp > 1 else ""))
     return "\n".join(lines) + "\n"
 
 
