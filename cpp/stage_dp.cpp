@@ -253,24 +253,33 @@ class CandidateSolver {
         dq_val_.resize(L_ + 1);
     }
 
+  private:
+    struct Floors;  // below, after Check
+
+  public:
     // Fills objective, max_time, max_params and ends (p entries); false if infeasible.
     bool solve(int64_t n, int64_t* objective, int64_t* max_time, int64_t* max_params, int64_t* ends) {
         load(n);
-        return split_last_ ? solve_split_last(objective, max_time, max_params, ends)
-                           : solve_max(objective, max_time, max_params, ends);
+        Floors f;
+        f.any_split = check(kInf, kInf, w_total_, kInf, kInf, w_total_);
+        if (!f.any_split.ok) return false;
+        int64_t unused = 0;
+        f.w_floor = search_params(kInf, kInf, w_base_, f.any_split.params, &unused);
+        f.w_lo = std::max(w_base_, f.w_floor);  // minW(t) >= w_floor for every t
+        f.g_floor = offset_ + sync_time(g0_, g1_, f.w_floor);
+        if (split_last_) solve_split_last(f, objective, max_time, max_params, ends);
+        else solve_max(f, objective, max_time, max_params, ends);
+        return true;
     }
 
   private:
+
     // head_scale == 0: the Pareto walk of dp_reference.solve_candidate over (max T, max W);
     // only the searches differ.
-    bool solve_max(int64_t* objective, int64_t* max_time, int64_t* max_params, int64_t* ends) {
-        // w_floor = minW(INF)
-        const Check any_split = check(kInf, kInf, w_total_, kInf, kInf, w_total_);
-        if (!any_split.ok) return false;
+    void solve_max(const Floors& f, int64_t* objective, int64_t* max_time, int64_t* max_params, int64_t* ends) {
+        const Check& any_split = f.any_split;
+        const int64_t w_floor = f.w_floor, w_lo = f.w_lo, g_floor = f.g_floor;
         int64_t unused = 0;
-        const int64_t w_floor = search_params(kInf, kInf, w_base_, any_split.params, &unused);
-        const int64_t w_lo = std::max(w_base_, w_floor);  // minW(t) >= w_floor for every t
-        const int64_t g_floor = offset_ + sync_time(g0_, g1_, w_floor);
         bool have = false;
         int64_t best_obj = 0, best_t = 0, best_w = 0;
         int64_t w_cap = w_total_;
@@ -300,7 +309,6 @@ class CandidateSolver {
         *max_time = best_t;
         *max_params = best_w;
         reconstruct(best_t, best_t, best_w, ends);
-        return true;
     }
 
     // head_scale > 0: objective head_scale * H + scale * max(H, T_last) + offset + G(W),
@@ -318,13 +326,10 @@ class CandidateSolver {
     // can only tie with a larger H, the search once the walk's first H, t0, does (t0 only
     // grows as tau falls); and tau skips every T_last > t0 with head_scale t0 + scale
     // T_last + G(W floor) above the incumbent without walking.
-    bool solve_split_last(int64_t* objective, int64_t* max_time, int64_t* max_params, int64_t* ends) {
-        const Check any_split = check(kInf, kInf, w_total_, kInf, kInf, w_total_);
-        if (!any_split.ok) return false;
+    void solve_split_last(const Floors& f, int64_t* objective, int64_t* max_time, int64_t* max_params,
+                          int64_t* ends) {
+        const int64_t w_floor = f.w_floor, w_lo = f.w_lo, g_floor = f.g_floor;
         int64_t unused = 0;
-        const int64_t w_floor = search_params(kInf, kInf, w_base_, any_split.params, &unused);
-        const int64_t w_lo = std::max(w_base_, w_floor);
-        const int64_t g_floor = offset_ + sync_time(g0_, g1_, w_floor);
         const int64_t both = scale_ + head_scale_;
         bool have = false;
         int64_t best_obj = 0, best_t = 0, best_w = 0, best_l = 0;
@@ -394,7 +399,6 @@ class CandidateSolver {
         *max_time = std::max(best_t, best_l);
         *max_params = best_w;
         reconstruct(best_t, best_l, best_w, ends);
-        return true;
     }
 
     void load(int64_t n) {
@@ -484,6 +488,13 @@ class CandidateSolver {
         // w_cap) for every l < next_last and check(t_cap, l_cap, w) for every w <
         // next_params (kInf: for every value).
         int64_t next_time = kInf, next_last = kInf, next_params = kInf;
+    };
+
+    // What both walks start from: a split with no caps, the smallest max W of any split,
+    // the bracket floor of the W searches and offset + G(w_floor).
+    struct Floors {
+        Check any_split;
+        int64_t w_floor = 0, w_lo = 0, g_floor = 0;
     };
 
     // Can nodes [0, L) be split into p allowed stages under the caps?

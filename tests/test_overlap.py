@@ -32,7 +32,7 @@ def _scenario(**switches):
 def _candidate(scn):
     from nest.simulate import candidate_of
 
-    return candidate_of(scn, {**CONFIG, "pp": CONFIG["pp"], "rank_order": "tp-cp-ep-dp-pp"})
+    return candidate_of(scn, {**CONFIG, "rank_order": "tp-cp-ep-dp-pp"})
 
 
 def test_switches_default_off_and_reject_non_booleans():

@@ -257,16 +257,22 @@ def tp_exposed(tp_s, degree, compute_s):
     return np.maximum(tp_s / degree, tp_s - compute_s)
 
 
+def reduce_exposed(reduce_s, bwd_s, job: JobSpec):
+    """A node's gradient reduction beyond its backward under ``job.overlap_grad_reduce``,
+    else all of it (scalars or arrays, the same operations)."""
+    return np.maximum(0.0, reduce_s - bwd_s) if job.overlap_grad_reduce else reduce_s
+
+
+def gather_exposed(gather_s, fwd_s, job: JobSpec):
+    """A node's weight all-gather beyond its forward under ``job.overlap_param_gather``,
+    else all of it (scalars or arrays, the same operations)."""
+    return np.maximum(0.0, gather_s - fwd_s) if job.overlap_param_gather else gather_s
+
+
 def sync_exposed(reduce_s, gather_s, fwd_s, bwd_s, job: JobSpec):
-    """Exposed end-of-step data-parallel collectives of one node: the gradient reduction
-    beyond the node's backward under ``job.overlap_grad_reduce``, the weight all-gather
-    beyond its forward under ``job.overlap_param_gather``, else all of each (scalars or
-    arrays, the same operations)."""
-    if job.overlap_grad_reduce:
-        reduce_s = np.maximum(0.0, reduce_s - bwd_s)
-    if job.overlap_param_gather:
-        gather_s = np.maximum(0.0, gather_s - fwd_s)
-    return reduce_s + gather_s
+    """Exposed end-of-step data-parallel collectives of one node: :func:`reduce_exposed`
+    plus :func:`gather_exposed`."""
+    return reduce_exposed(reduce_s, bwd_s, job) + gather_exposed(gather_s, fwd_s, job)
 
 
 def _reduce_scatter(alpha, beta, nbytes):
@@ -584,8 +590,8 @@ class Scenario:
             optimizer += sync.dense_optimizer_s * c.params_dense + sync.expert_optimizer_s * c.params_expert
             r = sync.dense_reduce_s * c.params_dense + sync.expert_reduce_s * c.params_expert
             g = sync.dense_gather_s * c.params_dense + sync.expert_gather_s * c.params_expert
-            reduce += float(sync_exposed(r, 0.0, c.fwd_s, c.bwd_s, self.job))
-            gather += float(sync_exposed(0.0, g, c.fwd_s, c.bwd_s, self.job))
+            reduce += float(reduce_exposed(r, c.bwd_s, self.job))
+            gather += float(gather_exposed(g, c.fwd_s, self.job))
         return reduce, gather, optimizer
 
     def inflight(self, cand: Candidate) -> np.ndarray:
