@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build the standalone stage-DP fuzz driver (cpp/tests/stage_dp_test.cpp, no pybind11,
-# linked directly against cpp/stage_dp.cpp) with AddressSanitizer and UndefinedBehavior-
-# Sanitizer, with OpenMP on and off, and run it. Exits non-zero on any sanitizer finding
-# or failed check.
+# linked directly against cpp/stage_dp.cpp) and the schedule driver
+# (cpp/tests/schedule_test.cpp against cpp/schedule.cpp) with AddressSanitizer and
+# UndefinedBehaviorSanitizer, with OpenMP on and off, and run them. Exits non-zero on any
+# sanitizer finding or failed check.
 #
 #   scripts/sanitize.sh [random_instances] [hostile_instances] [seed]
 #
@@ -45,6 +46,14 @@ for mode in $modes; do
     echo "== running $exe $random $hostile $seed"
     if ! "$exe" "$random" "$hostile" "$seed"; then
         echo "sanitize.sh: FAILED (OpenMP $mode)" >&2
+        status=1
+    fi
+    schedule_exe="$build/schedule_test_omp_$mode"
+    "$cxx" "${flags[@]}" "${extra[@]}" -I"$root/cpp" \
+        "$root/cpp/schedule.cpp" "$root/cpp/tests/schedule_test.cpp" -o "$schedule_exe"
+    echo "== running $schedule_exe $random $seed"
+    if ! "$schedule_exe" "$random" "$seed"; then
+        echo "sanitize.sh: schedule FAILED (OpenMP $mode)" >&2
         status=1
     fi
 done

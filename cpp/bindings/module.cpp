@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../schedule.hpp"
 #include "../stage_dp.hpp"
 
 namespace py = pybind11;
@@ -100,6 +101,32 @@ py::tuple solve(const py::object& time_ps, const py::object& params, const py::o
                           to_numpy(result.max_params), to_numpy(result.ends), result.best);
 }
 
+std::vector<double> times(const py::object& obj, const char* name) {
+    auto v = view<double>(obj, name, 1);
+    return std::vector<double>(v.data, v.data + v.shape[0]);
+}
+
+py::array_t<double> pipeline_finish(int64_t pp, int64_t vp, int64_t micro_batches, const py::object& forward,
+                                    const py::object& recompute, const py::object& backward,
+                                    const py::object& send_forward, const py::object& send_backward) {
+    const auto f = times(forward, "forward"), r = times(recompute, "recompute"), b = times(backward, "backward"),
+               sf = times(send_forward, "send_forward"), sb = times(send_backward, "send_backward");
+    std::vector<double> finish;
+    std::string error;
+    {
+        py::gil_scoped_release release;
+        try {
+            finish = nest::pipeline_finish(pp, vp, micro_batches, f, r, b, sf, sb);
+        } catch (const std::exception& e) {
+            error = e.what();
+        }
+    }
+    if (!error.empty()) throw py::value_error(error);
+    py::array_t<double> out(static_cast<py::ssize_t>(finish.size()));
+    if (!finish.empty()) std::memcpy(out.mutable_data(), finish.data(), finish.size() * sizeof(double));
+    return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -110,6 +137,11 @@ PYBIND11_MODULE(_core, m) {
           py::arg("pos_inflight"), py::arg("pos_mem_fixed"), py::arg("pos_tier"), py::arg("capacity"), py::arg("threads") = 0,
           "Solve every candidate of a DPProblem's arrays; returns (status, objective, max_time, max_params,\n"
           "ends, best). threads <= 0 uses the OpenMP default. Raises ValueError on bad input.");
+    m.def("pipeline_finish", &pipeline_finish, py::arg("pp"), py::arg("vp"), py::arg("micro_batches"),
+          py::arg("forward"), py::arg("recompute"), py::arg("backward"), py::arg("send_forward"),
+          py::arg("send_backward"),
+          "Per pipeline rank, when its last task of Megatron-LM's (interleaved) 1F1B schedule ends;\n"
+          "per-virtual-stage times in seconds (float64). Raises ValueError on bad input.");
     m.def("has_openmp", &nest::has_openmp, "Whether the core was compiled with OpenMP.");
     m.def("max_threads", &nest::max_threads, "Default thread count of the core (1 without OpenMP).");
 }
