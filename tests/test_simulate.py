@@ -249,7 +249,7 @@ def _closed_form_exact(plan, closed) -> None:
     times = [s.time_s for s in plan.stages]
     m, pp = plan.parallelism["num_microbatches"], plan.parallelism["pp"]
     if plan.parallelism["vp"] > 1 or (m >= pp and times[-1] == max(times)):
-        assert closed.step_time_s == pytest.approx(plan.step_time_s, rel=1e-9)
+        assert closed.step_time_s == pytest.approx(plan.closed_form_step_time_s, rel=1e-9)
 
 
 CASES = [  # (model, cluster, devices, evaluate kwargs)
@@ -270,9 +270,10 @@ def test_plans_simulate_consistently(model, cluster, devices, kwargs):
     plan = nest.evaluate(model, c, **kwargs)
     r, closed = _sim_checks(plan, model, c)
     _check_events(r)
-    assert r.step_time_s <= plan.step_time_s * (1 + 1e-9)
+    assert r.step_time_s == pytest.approx(plan.step_time_s, rel=1e-9)
+    assert r.step_time_s <= plan.closed_form_step_time_s * (1 + 1e-9)
     _closed_form_exact(plan, closed)
-    assert r.closed_form_s == plan.step_time_s
+    assert (r.closed_form_s, r.predicted_s) == (plan.closed_form_step_time_s, plan.step_time_s)
     assert r.schedule == ("1f1b" if kwargs.get("vp", 1) == 1 else "interleaved-1f1b")
 
 
@@ -305,24 +306,27 @@ def _variants(model: str, cluster):
 @pytest.mark.parametrize("model,devices", _preset_cases())
 def test_every_preset_agrees_with_closed_form(model, devices):
     """Every preset model at two scales, plans without overlap assumptions (ZeRO-0/1, no
-    context parallelism): the simulation of the pipeline the closed form assumes (chunks
+    context parallelism): nest's step time equals the event-driven simulation to 1e-9
+    (issue 5 asks for 1%). The simulation of the pipeline the closed form assumes (chunks
     before the last as slow as the slowest of them, v x the heaviest chunk synchronised)
-    equals the DP's
-    step time to 1e-9; the faithful simulation is never slower than the closed form,
-    equal to it without a pipeline and, interleaved, at most 3.5% faster (the closed form
-    pads the embedding's chunk to the slowest and syncs v x the heaviest chunk)."""
+    equals the DP's closed form to 1e-9; the faithful simulation is never slower than the
+    closed form, equal to it without a pipeline and, interleaved, at most 3.5% faster (the
+    closed form pads the embedding's chunk to the slowest and syncs v x the heaviest
+    chunk)."""
     cluster = nest.load_cluster("dgx-h100", devices=devices)
     checked = 0
     for p in _variants(model, cluster):
         assert p.parallelism["zero"] <= 1 and p.parallelism["cp"] == 1
         r, closed = _sim_checks(p, model, cluster)
         _closed_form_exact(p, closed)
-        assert r.step_time_s <= p.step_time_s * (1 + 1e-9)
+        assert r.step_time_s == pytest.approx(p.step_time_s, rel=1e-9)
+        closed_form = p.closed_form_step_time_s
+        assert r.step_time_s <= closed_form * (1 + 1e-9)
         if p.parallelism["pp"] == 1:
-            assert r.step_time_s == pytest.approx(p.step_time_s, rel=1e-9)
+            assert closed_form == pytest.approx(p.step_time_s, rel=1e-9)
         if p.parallelism["vp"] > 1:
             # measured: 28 of 36 within 1%, worst 3.1% (bert-large, 512 devices, m = 16)
-            assert p.step_time_s <= r.step_time_s * 1.035
+            assert closed_form <= r.step_time_s * 1.035
         checked += 1
     if not checked:
         pytest.skip(f"nothing fits {model} on {devices} devices")
@@ -331,8 +335,9 @@ def test_every_preset_agrees_with_closed_form(model, devices):
 def test_simulate_rebuilds_preset_specs_and_candidate():
     plan = nest.plan("bert-large", nest.load_cluster("h100-spineleaf", devices=128))
     r = simulate(plan)  # model, cluster and job rebuilt from the plan
-    assert r.closed_form_s == plan.step_time_s
-    assert r.step_time_s <= plan.step_time_s * (1 + 1e-9)
+    assert (r.closed_form_s, r.predicted_s) == (plan.closed_form_step_time_s, plan.step_time_s)
+    assert r.step_time_s == pytest.approx(plan.step_time_s, rel=1e-9)
+    assert r.step_time_s <= plan.closed_form_step_time_s * (1 + 1e-9)
     scn = Scenario(nest.load_model("bert-large"), nest.load_cluster("h100-spineleaf", devices=128),
                    nest.JobSpec(global_batch=256, seq_len=512))
     cand = candidate_of(scn, plan.parallelism)
@@ -343,7 +348,8 @@ def test_simulate_rebuilds_preset_specs_and_candidate():
     assert r.to_dict()["step_time_s"] == r.step_time_s
     assert "events" in r.to_dict(events=True)
     text = render_simulation(r)
-    assert "simulated step time" in text and "closed-form step time" in text
+    assert "simulated step time" in text and "closed-form step time" in text and "nest step time" in text
+    assert r.to_dict()["relative_difference"] == pytest.approx(0.0, abs=1e-9)
 
 
 def test_timeline_png(tmp_path):
@@ -385,5 +391,6 @@ def test_graph_cluster_plan_simulates_on_the_graph_prices():
     cluster = nest.load_cluster("h100-fattree", devices=64)
     plan = nest.evaluate("llama2-7b", cluster, tp=2, pp=4, dp=8, micro_batch=1, sp=True, zero=1)
     r, closed = _sim_checks(plan, "llama2-7b", cluster)
-    assert r.step_time_s <= plan.step_time_s * (1 + 1e-9)
+    assert r.step_time_s == pytest.approx(plan.step_time_s, rel=1e-9)
+    assert r.step_time_s <= plan.closed_form_step_time_s * (1 + 1e-9)
     _closed_form_exact(plan, closed)

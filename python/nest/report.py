@@ -54,7 +54,9 @@ def render(plan: Plan) -> str:
         f"             micro-batch {p['micro_batch']} x {p['num_microbatches']} per step, "
         f"rank order {p['rank_order']}, {plan.devices_used} of {c['devices']} devices used",
         "",
-        f"step time     {plan.step_time_s:10.4f} s",
+        f"step time     {plan.step_time_s:10.4f} s"
+        + ("" if plan.closed_form_step_time_s is None
+           else f"   (schedule; the split was chosen on the closed form {plan.closed_form_step_time_s:.4f} s)"),
         f"throughput    {plan.throughput_tokens_per_s:10.0f} tokens/s "
         f"({plan.throughput_tokens_per_s / plan.devices_used:.0f} per device)",
         f"MFU           {100 * plan.mfu:10.1f} %",

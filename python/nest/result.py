@@ -2,6 +2,12 @@
 
 Besides the keys of DESIGN.md section 5, the document has
 
+``closed_form_step_time_s``
+    the DP's objective for the plan's split (the closed form of :mod:`nest.pipeline`,
+    an upper bound of the schedule); ``step_time_s`` is the exact time of the split's
+    schedule (:mod:`nest.schedule`) and every rate (throughput, MFU) and the breakdown
+    follow it.
+
 ``stages[].devices``
     the devices of the stage's ranks: device indices on a hierarchical cluster, device
     node ids (strings) on a graph; ``stages[].ranks`` lists the ranks themselves.
@@ -23,12 +29,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import engine as engines
-from . import pipeline
+from . import pipeline, schedule
 from .dp_problem import DPProblem, sync_time
 from .dp_reference import stage_details
 from .layout import RankPlacement, rank_placement
 from .specs import OVERLAP_SWITCHES
-from .tables import OPTIMIZER_KERNELS, PS, Candidate, Scenario
+from .tables import PS, Candidate, Scenario
 
 
 @dataclass(frozen=True)
@@ -55,7 +61,7 @@ class Plan:
 
     parallelism: dict
     stages: tuple[Stage, ...]
-    step_time_s: float
+    step_time_s: float  # the exact time of the plan's schedule (nest.schedule)
     throughput_tokens_per_s: float
     mfu: float
     devices_used: int
@@ -72,6 +78,9 @@ class Plan:
     runtime: dict  # engine, OpenMP availability, threads of the C++ DP
     # where every rank runs (arrays; the module docstring's ``placement`` in to_dict)
     placement: RankPlacement | None = field(default=None, compare=False, repr=False)
+    # the DP's objective for this split: the closed form of nest.pipeline (>= step_time_s
+    # for the stage shapes nest builds)
+    closed_form_step_time_s: float | None = None
 
     def to_dict(self) -> dict:
         """The JSON document of DESIGN.md section 5."""
@@ -79,6 +88,7 @@ class Plan:
             "parallelism": dict(self.parallelism),
             "stages": [s.to_dict() for s in self.stages],
             "step_time_s": self.step_time_s,
+            "closed_form_step_time_s": self.closed_form_step_time_s,
             "throughput_tokens_per_s": self.throughput_tokens_per_s,
             "mfu": self.mfu,
             "devices_used": self.devices_used,
@@ -106,46 +116,18 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
     cfg, pp, dp, v = cand.cfg, cand.pp, cand.dp, cand.vp
     micro_batches = scn.micro_batches(cand)
     details = stage_details(problem, local, ends)
-    t_max = max(d["time_ps"] for d in details)
     w_max = max(d["params"] for d in details)
     sync_ps = sync_time(float(problem.cand_g0[local]), float(problem.cand_g1[local]), w_max)
     pipeline_ps = pipeline.pipeline_ps(problem.cand_scale[local], problem.cand_head_scale[local],
                                        problem.cand_offset[local], [d["time_ps"] for d in details])
-    step_ps = pipeline_ps + sync_ps
-    step = step_ps / PS
+    closed_form = (pipeline_ps + sync_ps) / PS
+    timing = schedule.candidate_timing(scn, cand, [d["end"] - d["start"] for d in details],
+                                       "python" if engine == "python" else "cpp")
+    step = timing.step_s
+    breakdown = _breakdown(scn, cand, timing, [(d["start"], d["end"]) for d in details])
 
-    costs, times, sync = scn.kind_costs(cfg), scn.kind_times(cand), scn.sync_terms(cand)
+    costs = scn.kind_costs(cfg)
     kinds = scn.kinds
-    slowest = next(d for d in details if d["time_ps"] == t_max)
-    nodes = range(slowest["start"], slowest["end"])
-    # the busiest rank's steady work in units of the slowest stage: m for 1F1B; for
-    # interleaved 1F1B m ((v - 1) H + slowest) / slowest (v - 1 chunks at H, the slowest
-    # before the last one, and the last chunk), so that the bubble is (p - 1) H
-    head_ps = max((d["time_ps"] for d in details[:-1]), default=0)
-    steady = micro_batches * v
-    if v > 1 and t_max > 0:
-        steady = micro_batches * ((v - 1) * head_ps + t_max) / t_max
-    causes = {c: steady * sum(getattr(times[kinds[i]], c) for i in nodes)
-              for c in ("compute", "tp_comm", "cp_comm", "ep_comm", "dp_comm")}
-    node_ps = int(problem.time_ps[local, slowest["start"]:slowest["end"]].sum())
-    heaviest = next(d for d in details if d["params"] == w_max)
-    reduce, gather, _ = scn.node_sync_seconds(cand, heaviest["start"], heaviest["end"])
-    alpha = sync.fixed_s - OPTIMIZER_KERNELS * scn.kernels.overhead
-    end_sync = alpha + v * (reduce + gather)
-    breakdown = {
-        "compute": causes["compute"],
-        "tp_comm": causes["tp_comm"],
-        "cp_comm": causes["cp_comm"],
-        "ep_comm": causes["ep_comm"],
-        "pp_comm": steady * (t_max - node_ps) / PS,
-        "dp_comm": causes["dp_comm"] + end_sync,
-        "optimizer": sync_ps / PS - end_sync,
-        # fill and drain: the closed form's pipeline time beyond m v slowest stages
-        "bubble": (pipeline_ps - steady * t_max) / PS,
-    }
-    # kernels and collectives were rounded to picoseconds per node: give the residue to compute
-    breakdown["compute"] += step - sum(breakdown.values())
-
     layout = scn.layout(cand)
     stage_of = layout.coordinates()["pp"]
     where = rank_placement(scn.cluster, layout, cfg.ep)
@@ -169,6 +151,7 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
                      "expert_tp": 1, "expert_dp": cfg.tp * cfg.cp * dp // cfg.ep},
         stages=stages,
         step_time_s=step,
+        closed_form_step_time_s=closed_form,
         throughput_tokens_per_s=scn.job.tokens / step,
         mfu=flops / (step * used * scn.peak_flops),
         devices_used=used,
@@ -192,3 +175,33 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
                  "threads": 1 if engine == "python" else (threads or engines.available_threads())},
     )
 
+
+def _breakdown(scn: Scenario, cand: Candidate, timing: schedule.StepTiming,
+               chunks: list[tuple[int, int]]) -> dict:
+    """Where the step's time goes, seen from the busiest pipeline rank: its ``m`` passes
+    over its own chunks by cause, its idle time until the pipeline ends (bubble), then the
+    part of the end-of-step sync and optimizer that outlasts the pipeline (on the rank that
+    finishes last; the rest of the sync hides behind other ranks' drain)."""
+    times, kinds, pp = scn.kind_times(cand), scn.kinds, cand.pp
+    busiest = max(range(pp), key=timing.work_s)
+    mine = [q for q in range(len(chunks)) if q % pp == busiest]
+    m = timing.micro_batches
+    causes = {c: m * sum(getattr(times[kinds[i]], c) for q in mine for i in range(*chunks[q]))
+              for c in ("compute", "tp_comm", "cp_comm", "ep_comm", "dp_comm")}
+    sends = m * sum(timing.stages[q].send_forward_s + timing.stages[q].send_backward_s for q in mine)
+    last = max(range(pp), key=timing.rank_end_s)
+    optimizer = sum(task.seconds for task, _ in timing.end_runs[last] if task.kind == "optimizer")
+    tail = timing.step_s - timing.pipeline_s
+    breakdown = {
+        "compute": causes["compute"],
+        "tp_comm": causes["tp_comm"],
+        "cp_comm": causes["cp_comm"],
+        "ep_comm": causes["ep_comm"],
+        "pp_comm": sends,
+        "dp_comm": causes["dp_comm"] + tail - optimizer,
+        "optimizer": optimizer,
+        "bubble": max(0.0, timing.pipeline_s - timing.work_s(busiest)),
+    }
+    # the node times were summed in another order: give the rounding residue to compute
+    breakdown["compute"] += timing.step_s - sum(breakdown.values())
+    return breakdown

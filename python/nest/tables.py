@@ -431,12 +431,18 @@ class Scenario:
         """Seconds to send ``nbytes`` per rank across pipeline boundary ``k`` (stage ``k``
         to ``k + 1``; ``pp - 1`` wraps to stage 0) of the candidate's placement: on the
         tier it crosses, or on a graph with all the boundary's rank pairs at once."""
+        return float(self.boundary_seconds_array(cand, np.array([k]), np.array([nbytes], dtype=np.float64))[0])
+
+    def boundary_seconds_array(self, cand: Candidate, k: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+        """:meth:`boundary_seconds` of many sends at once (boundaries ``k``, elementwise)."""
         place = self.placement(cand)
         if place.boundary is not None:
             alpha, beta = place.boundary
-            return float(alpha[k] + beta[k] * nbytes)
-        tier = self.cluster.tiers[int(place.boundary_tiers[k])]
-        return tier.latency + nbytes / tier.effective_bandwidth
+            return np.asarray(alpha)[k] + np.asarray(beta)[k] * nbytes
+        tiers = np.asarray(place.boundary_tiers)[k]
+        latency = np.array([t.latency for t in self.cluster.tiers])
+        bandwidth = np.array([t.effective_bandwidth for t in self.cluster.tiers])
+        return latency[tiers] + nbytes / bandwidth[tiers]
 
     def _place_tiers(self, tp: int, cp: int, dp: int, pp: int, ep: int, order: str) -> Placement:
         """Every group family is priced on its reduced form (see nest.layout): the same

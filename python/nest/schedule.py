@@ -1,0 +1,110 @@
+"""The step time nest reports for a plan: the exact time of its pipeline schedule.
+
+The stage DP chooses the split with the closed form of :mod:`nest.pipeline`, which is an
+upper bound of the schedule's time (equal to it for the stage shapes its docstring
+lists). Once a split is chosen, its step is priced exactly: the per-micro-batch tasks of
+every virtual stage (:func:`nest.simulate.stage_tasks`) run through Megatron-LM's 1F1B or
+interleaved 1F1B order in the compiled core (``nest._core.pipeline_finish``, the longest
+path of the schedule in ``O(m v p)``), then every rank syncs the gradients of the
+parameters it holds and the optimizer steps (:func:`nest.simulate.end_tasks`). The
+event-driven simulator (:func:`nest.simulate.simulate_schedule`) computes the same
+schedule along its own path; the ``"python"`` engine uses it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from . import engine as engines
+from .simulate import (EndTask, StageTasks, end_tasks, run_end_tasks, simulate_schedule, stage_columns,
+                       stage_tasks)
+from .tables import Candidate, Scenario
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """When each pipeline rank finishes its pipeline and its end-of-step tasks.
+
+    ``finish_s[d]``: end of rank ``d``'s last pipeline task (or send);
+    ``end_runs[d]``: its end-of-step tasks with their start times. The step ends when the
+    last of them does.
+    """
+
+    stages: tuple[StageTasks, ...]
+    pp: int
+    micro_batches: int
+    finish_s: tuple[float, ...]
+    end_runs: tuple[tuple[tuple[EndTask, float], ...], ...]
+
+    @property
+    def vp(self) -> int:
+        return len(self.stages) // self.pp
+
+    def rank_end_s(self, rank: int) -> float:
+        """When rank ``rank`` is done with the step."""
+        runs = self.end_runs[rank]
+        return runs[-1][1] + runs[-1][0].seconds if runs else self.finish_s[rank]
+
+    @property
+    def step_s(self) -> float:
+        """The step time: the last rank done."""
+        return max(self.rank_end_s(d) for d in range(self.pp))
+
+    @property
+    def pipeline_s(self) -> float:
+        """The end of the last pipeline task on any rank."""
+        return max(self.finish_s)
+
+    def work_s(self, rank: int) -> float:
+        """Pipeline work of rank ``rank``: ``m`` times its chunks' tasks and the sends they
+        make (none forward from the last virtual stage, none backward from the first)."""
+        last = len(self.stages) - 1
+        return self.micro_batches * sum(
+            s.forward_s + s.recompute_s + s.backward_s + (s.send_forward_s if q < last else 0.0)
+            + (s.send_backward_s if q > 0 else 0.0)
+            for q, s in enumerate(self.stages) if q % self.pp == rank)
+
+
+def step_timing(stages: Sequence[StageTasks], pp: int, micro_batches: int,
+                ends: Sequence[Sequence[EndTask]] | None = None, engine: str = "cpp") -> StepTiming:
+    """Run ``stages`` (``pp x vp`` virtual stages in schedule order) for ``micro_batches``
+    micro-batches, then each rank's ``ends``. ``engine="cpp"`` uses the compiled
+    schedule, ``"python"`` the event-driven simulator. ValueError on inconsistent input."""
+    stages = tuple(stages)
+    if pp < 1 or not stages or len(stages) % pp:
+        raise ValueError(f"{len(stages)} virtual stages, pp = {pp}: needs a positive multiple of pp")
+    if engine == "python":
+        sim = simulate_schedule(stages, pp, micro_batches)
+        finish = [max((e.end_s for e in row), default=0.0) for row in sim.timelines]
+    elif engine == "cpp":
+        column = lambda name: np.array([getattr(s, name) for s in stages], dtype=np.float64)  # noqa: E731
+        finish = engines._core().pipeline_finish(
+            pp, len(stages) // pp, micro_batches, column("forward_s"), column("recompute_s"),
+            column("backward_s"), column("send_forward_s"), column("send_backward_s")).tolist()
+    else:
+        raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(engines.ENGINES)}")
+    runs = run_end_tasks(finish, ends)
+    return StepTiming(stages, pp, micro_batches, tuple(finish), tuple(tuple(r) for r in runs))
+
+
+def candidate_timing(scn: Scenario, cand: Candidate, layers_per_stage: Sequence[int],
+                     engine: str = "cpp") -> StepTiming:
+    """The exact step of ``cand`` with virtual stages of ``layers_per_stage`` nodes."""
+    layers = [int(x) for x in layers_per_stage]
+    return step_timing(stage_tasks(scn, cand, layers), cand.pp, scn.micro_batches(cand),
+                       end_tasks(scn, cand, layers), engine)
+
+
+def candidate_step_s(scn: Scenario, cand: Candidate, layers_per_stage: Sequence[int]) -> float:
+    """The step time of :func:`candidate_timing` (compiled schedule) without building the
+    per-stage task objects: what the search ranks candidates by."""
+    cols = stage_columns(scn, cand, layers_per_stage)
+    finish = engines._core().pipeline_finish(
+        cand.pp, len(cols["ends"]) // cand.pp, scn.micro_batches(cand),
+        *(np.ascontiguousarray(cols[name]) for name in ("forward_s", "recompute_s", "backward_s",
+                                                       "send_forward_s", "send_backward_s"))).tolist()
+    runs = run_end_tasks(finish, end_tasks(scn, cand, layers_per_stage))
+    return max(runs[d][-1][1] + runs[d][-1][0].seconds if runs[d] else finish[d] for d in range(cand.pp))
