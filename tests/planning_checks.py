@@ -9,14 +9,25 @@ import numpy as np
 from nest import engine
 from nest.dp_problem import SOLVED
 from nest.dp_reference import brute_force
-from nest.planner import _candidate_bound, _partial_bound, _problem
+from nest import pipeline
+from nest.planner import (_candidate_bound, _ends, _partial_bound, _problem, _Ranking, _table_bound,
+                          _work_floor_ps)
+from nest.schedule import candidate_step_s, candidate_timing
 from nest.space import RANK_ORDERS, SpaceLimits, enumerate_partials, expand
-from nest.tables import CandidateArrays, Scenario
+from nest.tables import PS, CandidateArrays, Scenario
 
 
 def exhaustive_optimum(model, cluster, job, limits: SpaceLimits) -> int:
     """Every candidate of ``limits`` (dominated options included), every split, no
-    pruning: the true optimum in integer picoseconds."""
+    pruning: the true optimum of the closed form in integer picoseconds."""
+    return exhaustive_plans(model, cluster, job, limits)[0]
+
+
+def exhaustive_plans(model, cluster, job, limits: SpaceLimits) -> tuple[int, float]:
+    """``(closed-form optimum in picoseconds, fastest schedule in seconds)`` without
+    pruning: the closed form's optimum over every candidate and split (brute force), and
+    the fastest exact schedule (:mod:`nest.schedule`) of the DP's split of any
+    candidate."""
     scn = Scenario(model, cluster, job)
     partials = enumerate_partials(model, cluster, job, scn.num_nodes, limits)
     cands = expand(partials, np.arange(len(partials)), limits)
@@ -26,7 +37,14 @@ def exhaustive_optimum(model, cluster, job, limits: SpaceLimits) -> int:
         found = brute_force(problem, n)
         if found is not None and (best is None or found[0] < best):
             best = found[0]
-    return best
+    unpruned = type(problem)(**{**problem.__dict__, "cand_lower_bound": np.zeros(len(cands), dtype=np.int64)})
+    result = engine.solve(unpruned, "cpp")
+    steps = []
+    for n in np.flatnonzero(result.status == SOLVED).tolist():
+        start = int(problem.pos_offset[n])
+        ends = [0] + result.ends[start:start + problem.stages(n)].tolist()
+        steps.append(candidate_timing(scn, cands[n], np.diff(ends).tolist()).step_s)
+    return best, min(steps)
 
 
 def assert_bounds_below_objective(model, cluster, job, *, seed: int, sample: int) -> None:
@@ -58,3 +76,15 @@ def assert_bounds_below_objective(model, cluster, job, *, seed: int, sample: int
     assert (lb1[cols[6]] <= result.objective).all()
     assert (table_bound <= result.objective).all()
     assert (lb2 > 0).all()
+    # the "schedule" ranking's bounds (every candidate by the schedule floor) stay below
+    # the exact schedule of the DP's split, and so does the busiest rank's work
+    floor = _Ranking(margin=None)
+    sched_lb1 = _partial_bound(scn, table, partials, pick, RANK_ORDERS, floor)
+    sched_lb2 = _candidate_bound(scn, table, cands, floor)
+    micro = scn.job.micro_batches(cands.dp, table.arrays.micro_batch[cands.config])
+    sched_table = _table_bound(pipeline.with_schedule(scn.price(table, cands), micro, cands.vp), floor)
+    for n, cand in enumerate(exact):
+        layers = np.diff([0] + _ends(problem, result, n)).tolist()
+        step = round(candidate_step_s(scn, cand, layers) * PS)
+        work = _work_floor_ps(problem, result, n, cand.pp, scn.micro_batches(cand))
+        assert max(sched_lb1[cols[6][n]], sched_lb2[n], sched_table[n], work) <= step, cand

@@ -36,8 +36,10 @@ def test_bad_hf_config_exits_2(tmp_path, capsys):
 
 @pytest.mark.parametrize("fmt", ["megatron", "deepspeed", "torchtitan"])
 def test_emit_matches_the_plan(capsys, fmt):
-    args = ["plan", "--model", "llama3-70b", "--cluster", "dgx-h100", "--devices", "256"]
+    # 128 devices: a 1F1B plan (TP 2, PP 4, CP 2, ZeRO-2) that every framework can express
+    args = ["plan", "--model", "llama3-70b", "--cluster", "dgx-h100", "--devices", "128"]
     plan = _json(capsys, args)
+    assert plan["parallelism"]["vp"] == 1
     assert main(args + ["--emit", fmt]) == 0
     text = capsys.readouterr().out
     p = plan["parallelism"]

@@ -8,7 +8,7 @@ from dataclasses import replace
 import networkx as nx
 import numpy as np
 import pytest
-from planning_checks import assert_bounds_below_objective, exhaustive_optimum
+from planning_checks import assert_bounds_below_objective, exhaustive_plans
 
 import nest
 from nest import topology as T
@@ -107,9 +107,12 @@ def _slow_uplink_spine_leaf(memory_gib):
 def test_graph_plan_is_the_exhaustive_optimum(memory_gib):
     cluster = _slow_uplink_spine_leaf(memory_gib)
     job = JobSpec(global_batch=16, seq_len=1024, reserved_memory_bytes=0.5 * 2**30)
-    optimum = exhaustive_optimum(TINY, cluster, job, EVERYTHING)
+    optimum, fastest = exhaustive_plans(TINY, cluster, job, EVERYTHING)
+    closed_form = nest.plan(TINY, cluster, job, ranking="closed-form")
+    assert round(closed_form.closed_form_step_time_s * PS) == optimum
     plan = nest.plan(TINY, cluster, job)
-    assert round(plan.step_time_s * PS) == optimum
+    assert plan.step_time_s == pytest.approx(fastest, rel=1e-12)
+    assert plan.step_time_s <= closed_form.step_time_s
     assert plan.memory_max_bytes <= cluster.device.memory_bytes
 
 

@@ -132,8 +132,8 @@ def test_joint_plan_is_the_exhaustive_optimum(memory_gib):
     assert {c.vp for c in cands} >= {1, 2} and {c.zero for c in cands} == {0, 1, 2, 3}
     problem = _problem(scn, cands)
     optimum = min(found[0] for n in range(len(cands)) if (found := brute_force(problem, n)))
-    plan = nest.plan(TINY_MOE, cluster, job)
-    assert round(plan.step_time_s * 1e12) == optimum
+    plan = nest.plan(TINY_MOE, cluster, job, ranking="closed-form")
+    assert round(plan.closed_form_step_time_s * 1e12) == optimum
     assert plan.memory_max_bytes <= cluster.device.memory_bytes
 
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from planning_checks import assert_bounds_below_objective, exhaustive_optimum
+from planning_checks import assert_bounds_below_objective, exhaustive_plans
 
 import nest
 from nest.presets.models import MODELS
@@ -108,9 +108,10 @@ def test_simulation_prices_the_same_overlap(switches):
     for zero in (0, 1, 2):
         piped = nest.evaluate("llama2-7b", cluster, job, tp=2, pp=4, dp=8, vp=2, micro_batch=1, sp=True,
                               zero=zero)
-        assert simulate(piped, pad=True, sync="heaviest").step_time_s == pytest.approx(piped.step_time_s,
-                                                                                      rel=1e-9)
-        assert simulate(piped).step_time_s <= piped.step_time_s * (1 + 1e-9)
+        assert simulate(piped, pad=True, sync="heaviest").step_time_s == pytest.approx(
+            piped.closed_form_step_time_s, rel=1e-9)
+        assert simulate(piped).step_time_s == pytest.approx(piped.step_time_s, rel=1e-9)
+        assert simulate(piped).step_time_s <= piped.closed_form_step_time_s * (1 + 1e-9)
 
 
 TINY = ModelSpec(name="tiny", num_layers=4, hidden=256, num_heads=8, ffn_hidden=1024, vocab_size=32000,
@@ -123,9 +124,12 @@ def test_plan_with_overlap_is_the_exhaustive_optimum(memory_gib):
     cluster = replace(cluster, device=replace(cluster.device, memory_bytes=memory_gib * 2**30))
     job = JobSpec(global_batch=16, seq_len=1024, reserved_memory_bytes=0.25 * 2**30, **ALL_ON)
     everything = SpaceLimits(sp=(False, True), zero=(0, 1, 2, 3), rank_order=RANK_ORDERS)
-    optimum = exhaustive_optimum(TINY, cluster, job, everything)
+    optimum, fastest = exhaustive_plans(TINY, cluster, job, everything)
+    closed_form = nest.plan(TINY, cluster, job, ranking="closed-form")
+    assert round(closed_form.closed_form_step_time_s * PS) == optimum
     plan = nest.plan(TINY, cluster, job)
-    assert round(plan.step_time_s * PS) == optimum
+    assert plan.step_time_s == pytest.approx(fastest, rel=1e-12)
+    assert plan.step_time_s <= closed_form.step_time_s
 
 
 def test_bounds_stay_below_the_objective_with_overlap():

@@ -1,7 +1,7 @@
 """End-to-end planning: exactness against brute force, evaluate round trips, engines agree."""
 
 import pytest
-from planning_checks import exhaustive_optimum
+from planning_checks import exhaustive_plans
 
 import nest
 from nest.presets.clusters import CLUSTERS
@@ -27,9 +27,12 @@ EVERYTHING = SpaceLimits(sp=(False, True), zero=(0, 1, 2, 3),
 def test_plan_is_the_exhaustive_optimum(memory_gib):
     cluster = _tiny_cluster(memory_gib)
     job = JobSpec(global_batch=16, seq_len=1024, reserved_memory_bytes=0.5 * 2**30)
-    optimum = exhaustive_optimum(TINY, cluster, job, EVERYTHING)
+    optimum, fastest = exhaustive_plans(TINY, cluster, job, EVERYTHING)
+    closed_form = nest.plan(TINY, cluster, job, ranking="closed-form")
+    assert round(closed_form.closed_form_step_time_s * PS) == optimum
     plan = nest.plan(TINY, cluster, job)
-    assert round(plan.step_time_s * PS) == optimum
+    assert plan.step_time_s == pytest.approx(fastest, rel=1e-12)
+    assert plan.step_time_s <= closed_form.step_time_s
     assert plan.memory_max_bytes <= cluster.device.memory_bytes
     assert plan.devices_used <= cluster.num_devices
 
@@ -84,7 +87,7 @@ def test_evaluate_reproduces_plan_step_time():
     even[0] += 1
     even[-1] += 1
     other = _evaluate_like(plan, "gpt3-175b", cluster, layers_per_stage=even)
-    assert other.step_time_s >= plan.step_time_s
+    assert other.closed_form_step_time_s >= plan.closed_form_step_time_s
 
 
 def test_json_document_keys():

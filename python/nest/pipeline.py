@@ -83,13 +83,16 @@ def offset_of(rows: dict, vp) -> np.ndarray:
 
 def with_schedule(rows: dict, micro_batches, vp) -> dict:
     """``rows`` with the closed form's ``scale``, ``head_scale`` and ``offset`` of every
-    candidate."""
+    candidate, and its ``micro_batches``, ``pp`` and ``vp``."""
     positions = np.diff(rows["pos_offset"])
     pp = positions // np.asarray(vp, dtype=np.int64)
     out = dict(rows)
     out["scale"] = scale_of(micro_batches, vp, pp)
     out["head_scale"] = head_scale_of(micro_batches, vp, pp)
     out["offset"] = offset_of(rows, vp)
+    out["micro_batches"] = np.asarray(micro_batches, dtype=np.int64)
+    out["pp"] = pp
+    out["vp"] = np.asarray(vp, dtype=np.int64)
     return out
 
 
@@ -120,3 +123,29 @@ def time_bound(micro_batches, vp, pp, t_sum, stage_sum, stage_max, send_floor) -
     m, v, p = (np.asarray(x, dtype=np.int64) for x in (micro_batches, vp, pp))
     fill = np.where(v == 1, np.asarray(t_sum, dtype=np.int64) + 2 * (p - 1) * np.asarray(send_floor, dtype=np.int64), 0)
     return stage_floor(scale_of(m, v, p), head_scale_of(m, v, p), p * v, stage_sum, stage_max) + fill
+
+
+def schedule_floor(micro_batches, pp, stage_sum, stage_max, sync_mean=0, rounding=0) -> np.ndarray:
+    """A lower bound on the exact step (:mod:`nest.schedule`) of any split whose stage
+    times add up to at least ``stage_sum``, one of them at least ``stage_max``, with
+    ``sync_mean`` at most the ranks' mean end-of-step sync and optimizer step.
+
+    Every rank runs its own chunks ``m`` times and syncs its own parameters, so the last
+    rank to pass the barrier has done at least the mean of that work, and the step ends
+    no earlier (``m x stage_sum / p + sync_mean``); the rank of the slowest stage runs it
+    ``m`` times; the first micro-batch crosses every stage forward and back in turn
+    (``stage_sum``). The schedule runs on unrounded seconds while these sums add times
+    rounded to picoseconds: ``rounding`` picoseconds come off for that.
+    """
+    m, p = (np.asarray(x, dtype=np.int64) for x in (micro_batches, pp))
+    total, largest = np.asarray(stage_sum, dtype=np.int64), np.asarray(stage_max, dtype=np.int64)
+    mean = -(-(m * total) // p) + np.asarray(sync_mean, dtype=np.int64)
+    floor = np.maximum(np.maximum(mean, total), m * largest) - np.asarray(rounding, dtype=np.int64)
+    return np.maximum(floor, 0)
+
+
+def rounding_ps(micro_batches, vp, nodes, positions) -> np.ndarray:
+    """Picoseconds by which the sums of :func:`schedule_floor` may exceed the schedule's
+    own: half a picosecond per node time, send and synchronised node, per micro-batch."""
+    m, v, n, P = (np.asarray(x, dtype=np.int64) for x in (micro_batches, vp, nodes, positions))
+    return (m + v) * (n + 2 * P) + 1

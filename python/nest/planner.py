@@ -63,7 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import engine as engines
-from . import diagnose, pipeline
+from . import diagnose, pipeline, schedule
 from .dp_problem import INF, INFEASIBLE, SOLVED, DPProblem, DPResult
 from .dp_reference import stage_details
 from .errors import InfeasibleError, SpecError
@@ -80,6 +80,39 @@ BLOCK = 2048
 
 SUB_BATCH = 64
 """Candidates priced exactly and handed to the stage DP per call."""
+
+RANKINGS = ("schedule", "closed-form")
+"""What :func:`plan` ranks candidates by: the exact schedule of their DP split, or the
+closed form the DP minimises."""
+
+ONE_F_ONE_B_MARGIN = 0.10
+"""With the ``"schedule"`` ranking, a 1F1B candidate is solved while the closed form's
+lower bound is within this fraction of the best schedule (the closed form is an upper
+bound of a 1F1B schedule, and close to it: nest's plans of every preset within 5.3%);
+``None`` bounds 1F1B candidates by :func:`nest.pipeline.schedule_floor` like interleaved
+ones, which is exact but leaves the fill and drain out and so solves many more."""
+
+
+@dataclass(frozen=True)
+class _Ranking:
+    """How the ``"schedule"`` ranking bounds candidates: interleaved ones (and every one
+    when ``margin`` is None) by a lower bound on the schedule itself
+    (:func:`nest.pipeline.schedule_floor`), 1F1B ones by the closed form's lower bound,
+    which may exceed the best schedule by ``margin``."""
+
+    margin: float | None = ONE_F_ONE_B_MARGIN
+
+    def uses_floor(self, vp) -> np.ndarray:
+        vp = np.asarray(vp)
+        return vp > 1 if self.margin is not None else np.ones(vp.shape, dtype=bool)
+
+    def bound(self, vp, closed_form, floor) -> np.ndarray:
+        """The bound a candidate is compared with: the schedule floor or the closed form's."""
+        return np.where(self.uses_floor(vp), floor, closed_form)
+
+    def slack(self, vp) -> np.ndarray:
+        """The fraction by which a candidate's bound may exceed the best schedule."""
+        return np.where(self.uses_floor(vp), 0.0, self.margin or 0.0)
 
 GiB = 2**30
 
@@ -168,13 +201,14 @@ def _sync_floor(g0, g1, w_sum, w_max, positions):
 
 
 def _partial_bound(scn: Scenario, table: ConfigTable, partials: Partials, index: np.ndarray,
-                   orders: tuple[str, ...]) -> np.ndarray:
+                   orders: tuple[str, ...], ranking: "_Ranking | None" = None) -> np.ndarray:
     """``lb1`` of the partials at ``index`` (see the module docstring)."""
     return _partial_bound_of(scn, table, partials.config[index], partials.pp[index], partials.dp[index],
-                             partials.vp[index], orders)
+                             partials.vp[index], orders, ranking)
 
 
-def _partial_bound_of(scn: Scenario, table: ConfigTable, c, p, dp, v, orders: tuple[str, ...]) -> np.ndarray:
+def _partial_bound_of(scn: Scenario, table: ConfigTable, c, p, dp, v, orders: tuple[str, ...],
+                      ranking: "_Ranking | None" = None) -> np.ndarray:
     if "lb1" not in table._cache:
         pseudo = CandidateArrays(np.arange(len(table)), *(np.ones(len(table), dtype=np.int64) for _ in range(3)),
                                  np.zeros(len(table), dtype=np.int64), np.zeros(len(table), dtype=np.int64),
@@ -186,10 +220,16 @@ def _partial_bound_of(scn: Scenario, table: ConfigTable, c, p, dp, v, orders: tu
                                         table.arrays.micro_batch], axis=1)
     t_sum, t_max, send, micro_batch = table._cache["lb1"][c].T
     m = scn.job.micro_batches(dp, micro_batch)
-    return pipeline.time_bound(m, v, p, t_sum, *_stage_floors(t_sum, t_max, p * v, send), send)
+    floors = _stage_floors(t_sum, t_max, p * v, send)
+    closed_form = pipeline.time_bound(m, v, p, t_sum, *floors, send)
+    if ranking is None:
+        return closed_form
+    rounding = pipeline.rounding_ps(m, v, scn.num_nodes, p * v)
+    return ranking.bound(v, closed_form, pipeline.schedule_floor(m, p, *floors, rounding=rounding))
 
 
-def _candidate_bound(scn: Scenario, table: ConfigTable, cands: CandidateArrays) -> np.ndarray:
+def _candidate_bound(scn: Scenario, table: ConfigTable, cands: CandidateArrays,
+                     ranking: "_Ranking | None" = None) -> np.ndarray:
     """``lb2`` of every candidate (see the module docstring)."""
     terms = scn.floor_terms(table, cands)
     kinds = to_ps(scn.kind_seconds(table, cands, terms))
@@ -204,12 +244,18 @@ def _candidate_bound(scn: Scenario, table: ConfigTable, cands: CandidateArrays) 
                     weights.max(axis=1), positions)
     t_sum = _config_sums(scn, kinds)
     floors = _stage_floors(t_sum, kinds.max(axis=1), positions, send)
-    return pipeline.time_bound(micro, cands.vp, cands.pp, t_sum, *floors, send) + g
+    closed_form = pipeline.time_bound(micro, cands.vp, cands.pp, t_sum, *floors, send) + g
+    if ranking is None:
+        return closed_form
+    mean = _sync_floor(sync["fixed_s"] * PS, cands.vp.astype(np.float64), _config_sums(scn, weights), 0, positions)
+    rounding = pipeline.rounding_ps(micro, cands.vp, scn.num_nodes, positions)
+    return ranking.bound(cands.vp, closed_form, pipeline.schedule_floor(micro, cands.pp, *floors, mean, rounding))
 
 
-def _table_bound(rows: dict) -> np.ndarray:
+def _table_bound(rows: dict, ranking: "_Ranking | None" = None) -> np.ndarray:
     """Lower bound on each candidate's objective from its exact tables: the time floor
-    with the cheapest send of each boundary's own tier, and the sync floor."""
+    with the cheapest send of each boundary's own tier, and the sync floor (with a
+    ``ranking``: :meth:`_Ranking.bound`)."""
     offset = rows["pos_offset"]
     positions = np.diff(offset)
     n = len(positions)
@@ -224,10 +270,16 @@ def _table_bound(rows: dict) -> np.ndarray:
     np.minimum.at(send_min, owner[boundary], sends)
     send_min = np.where(positions > 1, send_min, 0)
     time_ps, params = rows["time_ps"], rows["params"]
-    floor = pipeline.stage_floor(rows["scale"], rows["head_scale"], positions,
-                                 time_ps.sum(axis=1) + 2 * send_sum, time_ps.max(axis=1) + send_min)
+    floors = time_ps.sum(axis=1) + 2 * send_sum, time_ps.max(axis=1) + send_min
+    floor = pipeline.stage_floor(rows["scale"], rows["head_scale"], positions, *floors)
     g = _sync_floor(rows["g0"], rows["g1"], params.sum(axis=1), params.max(axis=1), positions)
-    return floor + rows["offset"] + g
+    closed_form = floor + rows["offset"] + g
+    if ranking is None:
+        return closed_form
+    mean = _sync_floor(rows["g0"], rows["g1"], params.sum(axis=1), 0, positions)
+    rounding = pipeline.rounding_ps(rows["micro_batches"], rows["vp"], time_ps.shape[1], positions)
+    return ranking.bound(rows["vp"], closed_form,
+                         pipeline.schedule_floor(rows["micro_batches"], rows["pp"], *floors, mean, rounding))
 
 
 def _cheap(scn: Scenario, table: ConfigTable, partials: Partials, index: np.ndarray,
@@ -255,14 +307,18 @@ def _problem(scn: Scenario, cands: list[Candidate], capacity: float | None = Non
     return _build_problem(scn, rows, capacity)
 
 
-def _build_problem(scn: Scenario, rows: dict, capacity: float | None = None) -> DPProblem:
+def _build_problem(scn: Scenario, rows: dict, capacity: float | None = None,
+                   lower_bound: np.ndarray | None = None) -> DPProblem:
+    """The DP problem of priced ``rows``; the DP skips a candidate whose
+    ``lower_bound`` (default: :func:`_table_bound`) exceeds the best it has found."""
+    bound = _table_bound(rows) if lower_bound is None else lower_bound
     return DPProblem.build(
         time_ps=rows["time_ps"], params=rows["params"], mem_params=rows["mem_params"],
         act_bytes=rows["act_bytes"], send_ps=rows["send_ps"], cand_config=np.arange(len(rows["scale"])),
         cand_scale=rows["scale"], cand_offset=rows["offset"], cand_head_scale=rows["head_scale"],
         cand_mem_fixed=rows["mem_fixed"],
         cand_mem_per_param=rows["mem_per_param"], cand_g0=rows["g0"], cand_g1=rows["g1"],
-        cand_lower_bound=_table_bound(rows), pos_offset=rows["pos_offset"],
+        cand_lower_bound=bound, pos_offset=rows["pos_offset"],
         pos_inflight=rows["pos_inflight"], pos_mem_fixed=rows["pos_mem_fixed"], pos_tier=rows["pos_tier"],
         capacity=scn.cluster.device.memory_bytes if capacity is None else capacity)
 
@@ -274,7 +330,7 @@ def _select(rows: dict, keep: np.ndarray) -> dict:
     position_keep = np.repeat(keep, positions)
     out = {name: rows[name][keep] for name in ("time_ps", "params", "mem_params", "act_bytes", "send_ps",
                                                "scale", "head_scale", "offset", "mem_fixed",
-                                               "mem_per_param", "g0", "g1")}
+                                               "mem_per_param", "g0", "g1", "micro_batches", "pp", "vp")}
     out["pos_inflight"] = rows["pos_inflight"][position_keep]
     out["pos_mem_fixed"] = rows["pos_mem_fixed"][position_keep]
     out["pos_tier"] = rows["pos_tier"][position_keep]
@@ -302,18 +358,39 @@ class SearchOutcome:
 
 
 class _Search:
-    """State of one search: the incumbent and its tie-breaking key, and counters."""
+    """State of one search: the incumbent, its score and tie-breaking key, and counters.
+
+    A candidate's score is its closed form (``ranking`` None) or the exact time of its
+    DP split's schedule, in picoseconds; a candidate is solved while its bound
+    (:class:`_Ranking`) does not exceed :meth:`limit`."""
 
     def __init__(self, scn: Scenario, table: ConfigTable, partials: Partials, numbers: np.ndarray,
-                 limits: SpaceLimits, engine: str, threads: int | None):
+                 limits: SpaceLimits, engine: str, threads: int | None, ranking: _Ranking | None = None):
         self.scn, self.table, self.partials, self.limits = scn, table, partials, limits
         self.numbers = numbers  # each partial's index in the whole enumeration
         self.engine, self.threads = engine, threads
         self.orders = _orders(limits)
-        self.objective = INF
+        self.score = INF
         self.key: tuple | None = None
         self.best: SearchOutcome | None = None
         self.evaluated = self.priced = self.bounded = 0
+        self.ranking = ranking  # None: by the closed form
+        self.closed_form = INF  # the incumbent's
+
+    def limit(self, vp) -> np.ndarray:
+        """Per candidate (by its ``vp``): the largest closed form, or bound on it, that can
+        still beat the incumbent."""
+        vp = np.asarray(vp)
+        if self.score >= INF:
+            return np.full(vp.shape, INF, dtype=np.int64)
+        if self.ranking is None:
+            return np.full(vp.shape, self.score, dtype=np.int64)
+        return self.score + (self.score * self.ranking.slack(vp)).astype(np.int64)
+
+    @property
+    def widest_limit(self) -> int:
+        """:meth:`limit` of the schedule with the widest margin."""
+        return int(self.limit(np.array([1, 2])).max())
 
     def extend(self, partials: Partials, numbers: np.ndarray) -> None:
         """Add partials (found by a later pass) to the ones blocks index into."""
@@ -327,42 +404,71 @@ class _Search:
         promising ones, best bound first."""
         cands, source, position = expand_arrays(self.partials, index, self.limits)
         self.bounded += len(cands)
-        bound = _candidate_bound(self.scn, self.table, cands)
-        order = np.flatnonzero(bound <= self.objective)
+        bound = _candidate_bound(self.scn, self.table, cands, self.ranking)
+        order = np.flatnonzero(bound <= self.limit(cands.vp))
         order = order[np.argsort(bound[order], kind="stable")]
         for start in range(0, len(order), SUB_BATCH):
             sub = order[start:start + SUB_BATCH]
-            sub = sub[bound[sub] <= self.objective]
+            sub = sub[bound[sub] <= self.limit(cands.vp[sub])]
             if not len(sub):
-                break  # sorted: every later candidate is bounded out too
+                if bound[order[start]] > self.widest_limit:
+                    break  # sorted: every later candidate is bounded out too
+                continue
             self._solve(cands.take(sub), source[sub], position[sub])
 
     def _solve(self, cands: CandidateArrays, source: np.ndarray, position: np.ndarray) -> None:
         micro = self.scn.job.micro_batches(cands.dp, self.table.arrays.micro_batch[cands.config])
         rows = pipeline.with_schedule(self.scn.price(self.table, cands), micro, cands.vp)
         self.priced += len(cands)
-        keep = _table_bound(rows) <= self.objective
+        bound = _table_bound(rows, self.ranking)
+        keep = bound <= self.limit(cands.vp)
         if not keep.any():
             return
         rows = _select(rows, keep)
-        cands, source, position = cands.take(keep), source[keep], position[keep]
-        problem = _build_problem(self.scn, rows)
+        cands, source, position, micro = cands.take(keep), source[keep], position[keep], micro[keep]
+        bound = bound[keep]
+        if self.ranking is not None:
+            # the DP drops a candidate whose bound exceeds the best closed form it has
+            # seen, which is at least the schedule of that candidate
+            bound = (bound / (1.0 + self.ranking.slack(cands.vp))).astype(np.int64)
+        problem = _build_problem(self.scn, rows, lower_bound=bound)
         result = engines.solve(problem, self.engine, self.threads)
         self.evaluated += result.evaluated
-        solved = result.status == SOLVED
-        if not solved.any():
+        solved = np.flatnonzero((result.status == SOLVED) & self._may_win(result.objective, cands.vp))
+        if not len(solved):
             return
-        objective = int(result.objective[solved].min())
-        if objective > self.objective:
-            return
-        tied = np.flatnonzero(solved & (result.objective == objective))
-        cheap = _cheap(self.scn, self.table, self.partials, source[tied], self.orders)
-        keys = [(int(b), int(s), int(p)) for b, s, p in zip(cheap, self.numbers[source[tied]], position[tied])]
-        local = min(range(len(tied)), key=keys.__getitem__)
-        if objective < self.objective or keys[local] < self.key:
-            self.objective, self.key = objective, keys[local]
-            n = int(tied[local])
-            self.best = SearchOutcome(cands.candidate(self.table, n), problem, result, n, 0, 0)
+        cheap = _cheap(self.scn, self.table, self.partials, source[solved], self.orders)
+        keys = [(int(b), int(s), int(p)) for b, s, p in zip(cheap, self.numbers[source[solved]], position[solved])]
+        for n, key in sorted(zip(solved.tolist(), keys), key=lambda e: (int(result.objective[e[0]]), e[1])):
+            closed_form = int(result.objective[n])
+            if not self._may_win(closed_form, cands.vp[n]):
+                continue  # the incumbent improved since the batch was filtered
+            candidate = cands.candidate(self.table, n)
+            if self.ranking is None:
+                score = closed_form
+            elif _work_floor_ps(problem, result, n, int(cands.pp[n]), int(micro[n])) > self.score:
+                continue  # its busiest rank alone takes longer than the incumbent's step
+            else:
+                score = self._schedule_ps(candidate, problem, result, n)
+            if (score, closed_form, key) < (self.score, self.closed_form, self.key or ()):
+                self.score, self.closed_form, self.key = score, closed_form, key
+                self.best = SearchOutcome(candidate, problem, result, n, 0, 0)
+
+    def _may_win(self, closed_form, vp) -> np.ndarray:
+        """Whether a split with this closed form may still beat the incumbent: its closed
+        form is within the limit, except for candidates bounded by the schedule floor,
+        whose closed form says nothing about their schedule's lower end."""
+        within = np.asarray(closed_form) <= self.limit(vp)
+        if self.ranking is None:
+            return within
+        return within | self.ranking.uses_floor(vp)
+
+    def _schedule_ps(self, candidate: Candidate, problem: DPProblem, result: DPResult, n: int) -> int:
+        """The exact schedule of the DP's split of candidate ``n``, in picoseconds."""
+        layers = np.diff([0] + _ends(problem, result, n)).tolist()
+        if self.engine == "python":
+            return int(round(schedule.candidate_timing(self.scn, candidate, layers, "python").step_s * PS))
+        return int(round(schedule.candidate_step_s(self.scn, candidate, layers) * PS))
 
 
 KEEP = 1 << 16
@@ -374,7 +480,8 @@ class _Pass:
     ``(low, high]``, at most about ``KEEP`` of them (the smallest lb1; ``high`` drops to
     the largest lb1 kept when the pass had to leave some out)."""
 
-    def __init__(self, scn: Scenario, table: ConfigTable, space: PartialSpace, orders, low: int, high: int):
+    def __init__(self, scn: Scenario, table: ConfigTable, space: PartialSpace, orders, low: int, high: int,
+                 ranking: _Ranking | None = None):
         self.high = high
         parts, kept = [], 0
         combos = 0
@@ -385,7 +492,8 @@ class _Pass:
             pp.append(chunk.pp), dp.append(chunk.dp), vp.append(chunk.vp)
             fits = np.flatnonzero(_chunk_memory(scn, table, chunk) <= scn.cluster.device.memory_bytes)
             owner, config = chunk.owner[fits], chunk.config[fits]
-            bound = _partial_bound_of(scn, table, config, chunk.pp[owner], chunk.dp[owner], chunk.vp[owner], orders)
+            bound = _partial_bound_of(scn, table, config, chunk.pp[owner], chunk.dp[owner], chunk.vp[owner], orders,
+                                      ranking)
             keep = (bound > low) & (bound <= self.high)
             parts.append((bound[keep], owner[keep] + combos, config[keep], chunk.first + fits[keep]))
             combos += len(chunk.pp)
@@ -403,8 +511,15 @@ class _Pass:
 
 
 def search(scn: Scenario, limits: SpaceLimits = SpaceLimits(), engine: str = "cpp",
-           threads: int | None = None) -> SearchOutcome:
-    """Find the best candidate; InfeasibleError if nothing fits in memory."""
+           threads: int | None = None, ranking: str = "schedule") -> SearchOutcome:
+    """Find the best candidate; InfeasibleError if nothing fits in memory.
+
+    ``ranking="closed-form"``: the candidate (and split) with the smallest closed form;
+    ``"schedule"``: the candidate whose DP split has the fastest exact schedule
+    (:class:`_Ranking` says which candidates are bounded how)."""
+    if ranking not in RANKINGS:
+        raise SpecError(f"ranking = {ranking!r}: must be one of {', '.join(RANKINGS)}")
+    by = _Ranking() if ranking == "schedule" else None
     space = PartialSpace(scn.model, scn.cluster, scn.job, scn.num_nodes, limits)
     if not len(space.configs):
         raise InfeasibleError(diagnose.empty_space_message(scn, limits))
@@ -414,26 +529,26 @@ def search(scn: Scenario, limits: SpaceLimits = SpaceLimits(), engine: str = "cp
     low = -1
     while True:
         # Every pass after the first collects the partials the previous ones left out
-        # whose lb1 does not exceed the best objective.
-        found = _Pass(scn, table, space, orders, low, INF if state is None else state.objective)
+        # whose lb1 does not exceed the best score (widened by its margin).
+        found = _Pass(scn, table, space, orders, low, INF if state is None else state.widest_limit, by)
         if found.count == 0:
             raise InfeasibleError(diagnose.empty_space_message(scn, limits))
         if state is None:
-            state = _Search(scn, table, found.partials, found.numbers, limits, engine, threads)
+            state = _Search(scn, table, found.partials, found.numbers, limits, engine, threads, by)
         else:
             state.extend(found.partials, found.numbers)
         offset = len(state.partials) - len(found.partials)
         remaining, bound = np.arange(len(found.partials)) + offset, found.bound
         while len(remaining):
-            keep = bound <= state.objective
+            keep = bound <= state.limit(state.partials.vp[remaining])
             remaining, bound = remaining[keep], bound[keep]
             if not len(remaining):
                 break
             take = bound <= (np.partition(bound, BLOCK - 1)[BLOCK - 1] if len(bound) > BLOCK else bound.max())
             state.block(remaining[take])
             remaining, bound = remaining[~take], bound[~take]
-        if found.high >= state.objective:
-            break  # every partial with lb1 <= the best objective was seen
+        if found.high >= state.widest_limit:
+            break  # every partial whose lb1 could beat the best score was seen
         low = found.high
     if state.best is None:
         partials = enumerate_partials(scn.model, scn.cluster, scn.job, scn.num_nodes, limits)
@@ -474,14 +589,17 @@ def _priceable(scn: Scenario):
 
 def plan(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | None = None, *,
          engine: str = "cpp", threads: int | None = None,
-         limits: SpaceLimits = SpaceLimits(), source=None) -> Plan:
+         limits: SpaceLimits = SpaceLimits(), source=None, ranking: str = "schedule") -> Plan:
     """The fastest plan for ``job`` on ``cluster`` that fits in memory.
 
     ``model`` and ``cluster`` are specs or preset names (a preset cluster at its default
     size); ``job`` defaults to the model's published batch and sequence length.
     ``limits`` restricts the joint space (TP, PP, DP, CP, EP, VP, micro-batch,
     recomputation, SP, ZeRO stage, rank order). ``source`` replaces the analytic node
-    costs (measured profiles; see :class:`~nest.tables.Scenario`). Raises
+    costs (measured profiles; see :class:`~nest.tables.Scenario`). The stage DP splits
+    each candidate by the closed form of its schedule; ``ranking`` compares candidates
+    by the exact schedule of that split (``"schedule"``, the time the plan reports) or
+    by the closed form itself (``"closed-form"``, the DP's exact optimum). Raises
     :class:`~nest.errors.InfeasibleError` when no plan fits and
     :class:`~nest.errors.SpecError` on inconsistent inputs.
     """
@@ -489,11 +607,32 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | None
     model, cluster, job = coerce_inputs(model, cluster, job)
     scn = Scenario(model, cluster, job, source)
     with _priceable(scn):
-        outcome = search(scn, limits, engine, threads)
+        outcome = search(scn, limits, engine, threads, ranking)
     return build_plan(scn, outcome.candidate, outcome.problem, outcome.local,
                       _ends(outcome.problem, outcome.result, outcome.local),
                       solve_time=time.perf_counter() - started, evaluated=outcome.evaluated,
                       engine=engine, candidates_total=outcome.total, threads=threads)
+
+
+def _work_floor_ps(problem: DPProblem, result: DPResult, n: int, pp: int, micro_batches: int) -> int:
+    """A lower bound on the exact schedule of candidate ``n``'s split: every pipeline rank
+    runs its chunks (the DP's stage times, sends included) once per micro-batch, less one
+    picosecond of rounding per node and micro-batch."""
+    ends = _ends(problem, result, n)
+    c, first = int(problem.cand_config[n]), int(problem.pos_offset[n])
+    prefix = np.concatenate(([0], np.cumsum(problem.time_ps[c])))
+    tiers = problem.pos_tier[first:first + len(ends)]
+    work = [0] * pp
+    start = 0
+    for k, end in enumerate(ends):
+        t = int(prefix[end] - prefix[start])
+        if k < len(ends) - 1:
+            t += int(problem.send_ps[c, tiers[k], end - 1])
+        if k > 0:
+            t += int(problem.send_ps[c, tiers[k - 1], start - 1])
+        work[k % pp] += t
+        start = end
+    return micro_batches * (max(work) - 2 * len(prefix))
 
 
 def _ends(problem: DPProblem, result: DPResult, n: int) -> list[int]:
