@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
@@ -192,3 +193,19 @@ def test_candidate_step_equals_the_timing():
 def test_ranking_is_validated():
     with pytest.raises(nest.SpecError, match=r"ranking = 'fastest': must be one of schedule, closed-form"):
         nest.plan("bert-large", nest.load_cluster("dgx-h100", devices=8), ranking="fastest")
+
+
+def test_cli_ranking(capsys):
+    from nest.cli import main
+
+    args = ["plan", "--model", "bert-large", "--cluster", "h100-spineleaf", "--devices", "64", "--json"]
+    assert main(args) == 0
+    schedule = json.loads(capsys.readouterr().out)
+    assert main(args + ["--ranking", "closed-form"]) == 0
+    closed_form = json.loads(capsys.readouterr().out)
+    assert schedule["step_time_s"] < closed_form["step_time_s"]
+    assert schedule["closed_form_step_time_s"] > closed_form["closed_form_step_time_s"]
+    with pytest.raises(SystemExit) as exited:
+        main(args + ["--ranking", "fastest"])
+    assert exited.value.code == 2
+    assert "--ranking: invalid choice: 'fastest'" in capsys.readouterr().err

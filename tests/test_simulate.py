@@ -249,7 +249,8 @@ def _closed_form_exact(plan, closed) -> None:
     times = [s.time_s for s in plan.stages]
     m, pp = plan.parallelism["num_microbatches"], plan.parallelism["pp"]
     if plan.parallelism["vp"] > 1 or (m >= pp and times[-1] == max(times)):
-        assert closed.step_time_s == pytest.approx(plan.closed_form_step_time_s, rel=1e-9)
+        # node times are rounded to picoseconds in the closed form, not in the simulation
+        assert closed.step_time_s == pytest.approx(plan.closed_form_step_time_s, rel=1e-9, abs=1e-10)
 
 
 CASES = [  # (model, cluster, devices, evaluate kwargs)
@@ -282,13 +283,19 @@ def _preset_cases():
 
 
 def _variants(model: str, cluster):
-    """The Megatron-style configuration, and pipelined ones (4 stages, DP-optimal split,
-    1F1B and interleaved), all with ZeRO-1 and no context parallelism."""
+    """``(plan, split is the DP's or Megatron's)``: the Megatron-style configuration,
+    pipelined ones (4 stages, 1F1B and interleaved, ZeRO-1) with the DP's split and with
+    the split polished on the schedule, and nest's plan (ZeRO-0/1, no context
+    parallelism)."""
     spec = nest.load_model(model)
     job = nest.JobSpec(global_batch=spec.default_global_batch, seq_len=spec.seq_len)
+    try:
+        yield nest.plan(model, cluster, limits=nest.SpaceLimits(zero=(0, 1), cp=(1,))), False
+    except nest.InfeasibleError:
+        pass
     found = manual_config(model, cluster)
     if not isinstance(found, str):
-        yield found[1]
+        yield found[1], True
     tp = 8 if spec.num_heads % 8 == 0 and spec.num_kv_heads % 8 == 0 else 1
     pp = 4
     dp = cluster.num_devices // (tp * pp)
@@ -296,26 +303,28 @@ def _variants(model: str, cluster):
         dp //= 2
     ep = min(spec.num_experts, tp * dp) if spec.is_moe else 1
     for vp in (1, 2):
-        try:
-            yield nest.evaluate(model, cluster, tp=tp, pp=pp, dp=dp, vp=vp, ep=ep, micro_batch=1,
-                                sp=tp > 1, zero=1 if dp > 1 else 0, recompute="full")
-        except (nest.InfeasibleError, nest.SpecError):
-            pass
+        for ranking in ("closed-form", "schedule"):
+            try:
+                yield nest.evaluate(model, cluster, tp=tp, pp=pp, dp=dp, vp=vp, ep=ep, micro_batch=1, sp=tp > 1,
+                                    zero=1 if dp > 1 else 0, recompute="full", ranking=ranking), \
+                    ranking == "closed-form"
+            except (nest.InfeasibleError, nest.SpecError):
+                pass
 
 
 @pytest.mark.parametrize("model,devices", _preset_cases())
 def test_every_preset_agrees_with_closed_form(model, devices):
     """Every preset model at two scales, plans without overlap assumptions (ZeRO-0/1, no
-    context parallelism): nest's step time equals the event-driven simulation to 1e-9
-    (issue 5 asks for 1%). The simulation of the pipeline the closed form assumes (chunks
-    before the last as slow as the slowest of them, v x the heaviest chunk synchronised)
-    equals the DP's closed form to 1e-9; the faithful simulation is never slower than the
-    closed form, equal to it without a pipeline and, interleaved, at most 3.5% faster (the
-    closed form pads the embedding's chunk to the slowest and syncs v x the heaviest
-    chunk)."""
+    context parallelism), nest's own plan among them: nest's step time equals the
+    event-driven simulation to 1e-9 (issue 5 asks for 1%). The simulation of the pipeline
+    the closed form assumes (chunks before the last as slow as the slowest of them, v x
+    the heaviest chunk synchronised) equals the DP's closed form to 1e-9; the faithful
+    simulation is never slower than the closed form, equal to it without a pipeline and,
+    interleaved on the DP's or Megatron's split, at most 3.5% faster (the closed form
+    pads the embedding's chunk to the slowest and syncs v x the heaviest chunk)."""
     cluster = nest.load_cluster("dgx-h100", devices=devices)
     checked = 0
-    for p in _variants(model, cluster):
+    for p, dp_split in _variants(model, cluster):
         assert p.parallelism["zero"] <= 1 and p.parallelism["cp"] == 1
         r, closed = _sim_checks(p, model, cluster)
         _closed_form_exact(p, closed)
@@ -324,7 +333,7 @@ def test_every_preset_agrees_with_closed_form(model, devices):
         assert r.step_time_s <= closed_form * (1 + 1e-9)
         if p.parallelism["pp"] == 1:
             assert closed_form == pytest.approx(p.step_time_s, rel=1e-9)
-        if p.parallelism["vp"] > 1:
+        if p.parallelism["vp"] > 1 and dp_split:
             # measured: 28 of 36 within 1%, worst 3.1% (bert-large, 512 devices, m = 16)
             assert closed_form <= r.step_time_s * 1.035
         checked += 1

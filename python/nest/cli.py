@@ -89,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--rank-order", action="append",
                       help="rank order(s) to search, innermost first (default: tp-cp-ep-dp-pp and "
                            "tp-cp-ep-pp-dp); repeat to give several")
+    plan.add_argument("--ranking", default="schedule", choices=("schedule", "closed-form"),
+                      help="compare candidates by the exact schedule of their split (default) or by "
+                           "the closed form the stage DP minimises")
     evaluate = sub.add_parser("evaluate", help="cost one fixed configuration")
     _add_scenario(evaluate)
     evaluate.add_argument("--tp", type=_positive_int)
@@ -266,7 +269,7 @@ def _run(args) -> int:
     if args.command == "plan":
         if args.rank_order:
             limits = replace(limits, rank_order=tuple(args.rank_order))
-        result = plan(limits=limits, **common)
+        result = plan(limits=limits, ranking=args.ranking, **common)
     else:
         fixed = {"tp": args.tp, "pp": args.pp, "dp": args.dp, "micro_batch": args.mbs,
                  "recompute": args.recompute, "layers_per_stage": args.layers_per_stage}

@@ -1,11 +1,30 @@
 """The search: bound every candidate, solve the promising ones with the stage DP.
 
-The result is the candidate with the smallest objective and, among equal objectives, the
-first in the order ``(cheap bound, partial index, expansion position)`` -- the order in
-which earlier versions of nest solved candidates, so ties resolve as they did. Everything
-else only decides how fast that candidate is found: candidates are discarded only by
-lower bounds on their objective, compared non-strictly (a candidate whose bound equals
-the incumbent is still solved, so ties are seen).
+The stage DP splits every candidate it solves by the closed form of its schedule
+(:mod:`nest.pipeline`). Candidates are ranked by their *score*:
+
+* ``ranking="closed-form"``: the closed form itself (the DP's objective). The result is
+  the candidate with the smallest objective and, among equal objectives, the first in
+  the order ``(cheap bound, partial index, expansion position)`` -- the order in which
+  earlier versions of nest solved candidates, so ties resolve as they did.
+* ``ranking="schedule"`` (the default): the exact time of the schedule of that split
+  (:mod:`nest.schedule`), the step time the plan reports; ties by the closed form, then
+  the same order. The closed form over-prices interleaved schedules whose chunks differ
+  (a rank's load is the sum of its own chunks, not ``v`` times the slowest), by 20-60%
+  on some candidates, so it cannot rank them.
+
+Everything else only decides how fast that candidate is found: candidates are discarded
+only by lower bounds, compared non-strictly (a candidate whose bound equals the
+incumbent is still solved, so ties are seen). With ``"closed-form"`` the bounds below
+bound the objective. With ``"schedule"`` an interleaved candidate is bounded by
+:func:`nest.pipeline.schedule_floor` of the same sums (the busiest rank's work and the
+ranks' mean sync, the slowest stage run ``m`` times, one micro-batch's round trip),
+which bounds its schedule, and its solved split is timed unless its busiest rank's work
+alone exceeds the incumbent; a 1F1B candidate is bounded by the closed form's bound and
+solved while that is within :data:`ONE_F_ONE_B_MARGIN` of the best score (the closed
+form is at most that much above a 1F1B schedule on the candidates that matter; with the
+margin set to ``None`` every candidate is bounded by the schedule floor, which is exact
+but solves 3-8x more candidates).
 
 1. **Partials** (everything but the ZeRO stage and the rank order) are enumerated in
    chunks (:class:`~nest.space.PartialSpace`). The memory filter is the historical one
@@ -608,10 +627,52 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | None
     scn = Scenario(model, cluster, job, source)
     with _priceable(scn):
         outcome = search(scn, limits, engine, threads, ranking)
-    return build_plan(scn, outcome.candidate, outcome.problem, outcome.local,
-                      _ends(outcome.problem, outcome.result, outcome.local),
+    ends = _ends(outcome.problem, outcome.result, outcome.local)
+    if ranking == "schedule":
+        ends = polish_split(scn, outcome.candidate, outcome.problem, outcome.local, ends, engine)
+    return build_plan(scn, outcome.candidate, outcome.problem, outcome.local, ends,
                       solve_time=time.perf_counter() - started, evaluated=outcome.evaluated,
                       engine=engine, candidates_total=outcome.total, threads=threads)
+
+
+POLISH_EVALUATIONS = 256
+"""At most this many schedules are timed while polishing a split."""
+
+
+def polish_split(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, ends: list[int],
+                 engine: str = "cpp") -> list[int]:
+    """``ends`` with stage boundaries moved one node at a time while the exact schedule
+    of the split gets faster and every stage still fits (first improvement, boundaries in
+    order, at most :data:`POLISH_EVALUATIONS` schedules timed).
+
+    The DP's split minimises the closed form, whose optimum is not always the
+    schedule's: the end-of-step sync of each rank starts when that rank is done, so
+    stages holding the embedding or the output layer gain from fewer blocks, and with
+    fewer micro-batches than stages the fill and drain matter more than the slowest
+    stage.
+    """
+    def step(trial: list[int]) -> float:
+        layers = np.diff([0] + trial).tolist()
+        if engine == "python":
+            return schedule.candidate_timing(scn, cand, layers, "python").step_s
+        return schedule.candidate_step_s(scn, cand, layers)
+
+    ends = list(ends)
+    best, budget, improved = step(ends), POLISH_EVALUATIONS, True
+    while improved and budget > 0:
+        improved = False
+        for k in range(len(ends) - 1):
+            for delta in (-1, 1):
+                trial = ends[:k] + [ends[k] + delta] + ends[k + 1:]
+                if not (trial[k - 1] if k else 0) < trial[k] < trial[k + 1] or budget <= 0:
+                    continue
+                if not all(d["fits"] for d in stage_details(problem, local, trial)):
+                    continue
+                budget -= 1
+                seconds = step(trial)
+                if seconds < best:
+                    best, ends, improved = seconds, trial, True
+    return ends
 
 
 def _work_floor_ps(problem: DPProblem, result: DPResult, n: int, pp: int, micro_batches: int) -> int:
@@ -644,13 +705,14 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
              tp: int, pp: int, dp: int, micro_batch: int, recompute: str = "none", sp: bool = False,
              distributed_optimizer: bool = False, zero: int | None = None, cp: int = 1, ep: int = 1,
              vp: int = 1, rank_order: str = DEFAULT_ORDER, layers_per_stage: list[int] | None = None,
-             engine: str = "cpp", threads: int | None = None, source=None) -> Plan:
+             engine: str = "cpp", threads: int | None = None, source=None, ranking: str = "schedule") -> Plan:
     """Cost one fixed configuration; with ``layers_per_stage`` also a fixed split.
 
     ``zero`` is the ZeRO stage (0-3); ``distributed_optimizer=True`` is ZeRO-1 (Megatron's
     name for it). With ``vp > 1`` the split has ``pp x vp`` virtual stages, listed in
-    schedule order. Without a split the optimal split for that configuration is searched.
-    Inputs as for :func:`plan`.
+    schedule order. Without a split, the stage DP's split for that configuration,
+    polished on the exact schedule (:func:`polish_split`) unless ``ranking`` is
+    ``"closed-form"``, as :func:`plan` splits it. Inputs as for :func:`plan`.
     """
     started = time.perf_counter()
     model, cluster, job = coerce_inputs(model, cluster, job)
@@ -665,10 +727,14 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
     with _priceable(scn):
         problem = _problem(scn, [cand])
         result = engines.solve(problem, engine, threads) if layers_per_stage is None else None
+    if ranking not in RANKINGS:
+        raise SpecError(f"ranking = {ranking!r}: must be one of {', '.join(RANKINGS)}")
     if layers_per_stage is None:
         if result.status[0] == INFEASIBLE:
             raise InfeasibleError(diagnose.config_message(scn, cand, None, engine, threads))
         ends = _ends(problem, result, 0)
+        if ranking == "schedule":
+            ends = polish_split(scn, cand, problem, 0, ends, engine)
     else:
         ends = [int(e) for e in np.cumsum(layers_per_stage)]
         if not all(stage["fits"] for stage in stage_details(problem, 0, ends)):
