@@ -3,6 +3,7 @@
 * ``nest plan --model gpt3-175b --cluster dgx-a100 --devices 1024``: solve time < 1 s.
 * The C++ DP >= 100x faster than the Python reference on identical tables.
 * Growth of the solve time from 64 to 16384 devices.
+* Ranking by the exact schedule (default) against ranking by the closed form.
 * Interleaved candidates: the DP with the last virtual stage priced apart against the
   same candidates under SC'21's ``(m v + p - 1) x slowest`` (one max).
 """
@@ -62,3 +63,21 @@ def test_dp_interleaved_objective(benchmark, objective):
     benchmark.group = "stage DP, 64 interleaved candidates of gpt-1.7b (C++, 1 thread)"
     result = benchmark.pedantic(engine.solve, args=(problem, "cpp", 1), rounds=20, iterations=1)
     assert result.evaluated == len(problem.cand_scale)
+
+
+RANKING_CASES = [("gpt3-175b", "dgx-a100", 1024), ("llama3-70b", "dgx-h100", 512),
+                 ("mixtral-8x7b", "h100-spineleaf", 1024), ("deepseek-v3", "dgx-h100", 2048),
+                 ("gpt-1t", "dgx-a100", 3072), ("gpt-7.5b", "dgx-h100", 1024)]
+
+
+@pytest.mark.parametrize("ranking", ["closed-form", "schedule"])
+@pytest.mark.parametrize("model,cluster,devices", RANKING_CASES)
+def test_plan_ranking(benchmark, model, cluster, devices, ranking):
+    """Ranking candidates by the exact schedule of their split (the default) against the
+    closed form: solve time, and the step time each finds (in extra_info)."""
+    c = nest.load_cluster(cluster, devices=devices)
+    benchmark.group = f"plan {model} {cluster} {devices}: ranking"
+    plan = benchmark.pedantic(nest.plan, args=(model, c), kwargs={"ranking": ranking}, rounds=3, iterations=1)
+    benchmark.extra_info["step_time_s"] = plan.step_time_s
+    benchmark.extra_info["closed_form_step_time_s"] = plan.closed_form_step_time_s
+    benchmark.extra_info["candidates_evaluated"] = plan.candidates_evaluated

@@ -7,12 +7,14 @@ with Megatron's split of layers into (virtual) pipeline stages (equal blocks, th
 embedding on the first and the output layer on the last stage), on its cluster with
 :func:`nest.network.calibrated_cluster` (NCCL bus bandwidths and latencies). Columns:
 
-* **nest**: the closed-form step time ``nest evaluate`` reports (what the planner ranks),
+* **nest**: the step time ``nest evaluate`` reports (the exact schedule of the layout,
+  :mod:`nest.schedule`; ``nest evaluate --simulate`` reproduces it, checked per row),
   nest's defaults: no communication overlap;
-* **sim**: ``nest evaluate --simulate`` (event-driven replay of the same plan);
-* **overlap**: the closed form with the overlap switches the run used
+* **closed form**: the DP's objective for the same layout (what the planner ranks splits
+  by; an upper bound of the schedule);
+* **overlap**: nest's step time with the overlap switches the run used
   (:func:`overlap_switches`);
-* **raw network**: the closed form without the NCCL efficiency layer (nominal tier
+* **raw network**: nest's step time without the NCCL efficiency layer (nominal tier
   bandwidths and latencies), for comparison.
 
 Device memory only decides feasibility and is set to "unlimited" for timing (all these
@@ -93,9 +95,9 @@ class Row:
     point: Point
     measured: float
     nest: float
-    sim: float
-    overlap: float  # closed form with the run's overlap switches
-    raw: float  # closed form without the NCCL efficiency layer
+    closed: float  # the DP's closed form of the same layout
+    overlap: float  # with the run's overlap switches
+    raw: float  # without the NCCL efficiency layer
     breakdown: dict
 
     @staticmethod
@@ -107,9 +109,12 @@ def run_point(point: Point) -> Row:
     plan = evaluate(point)
     cluster = timing_cluster(point)
     sim = simulate(plan, point.model, cluster, job_of(point)).step_time_s
+    if not math.isclose(sim, plan.step_time_s, rel_tol=1e-9):
+        raise AssertionError(f"{point.label}: simulated {sim} s, nest {plan.step_time_s} s")
     raw = evaluate(point, RAW_EFFICIENCY).step_time_s
     overlap = evaluate(point, overlap=True).step_time_s
-    return Row(point, point.measured_step_s, plan.step_time_s, sim, overlap, raw, dict(plan.breakdown_s))
+    return Row(point, point.measured_step_s, plan.step_time_s, plan.closed_form_step_time_s, overlap, raw,
+               dict(plan.breakdown_s))
 
 
 # -- statistics ---------------------------------------------------------------------------
@@ -213,7 +218,7 @@ def pct(x: float) -> str:
 
 
 def time_table(rows: list[Row]) -> list[str]:
-    lines = ["| source | configuration | run's overlap | reported | measured s | nest s | err | sim s | err "
+    lines = ["| source | configuration | run's overlap | reported | measured s | nest s | err | closed form s | err "
              "| overlap s | err | tokens/s/GPU meas / nest | TFLOP/s/GPU meas / nest |",
              "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
@@ -224,8 +229,8 @@ def time_table(rows: list[Row]) -> list[str]:
         switches = overlap_switches(p)
         flags = ", ".join(SHORT[k] for k, on in switches.items() if on) or "none"
         lines.append(f"| {p.source} | {p.label}{mark} | {flags} | {p.reported} | {r.measured:.3f} | "
-                     f"{r.nest:.3f} | {pct(Row.err(r.nest, r.measured))} | {r.sim:.3f} | "
-                     f"{pct(Row.err(r.sim, r.measured))} | {r.overlap:.3f} | "
+                     f"{r.nest:.3f} | {pct(Row.err(r.nest, r.measured))} | {r.closed:.3f} | "
+                     f"{pct(Row.err(r.closed, r.measured))} | {r.overlap:.3f} | "
                      f"{pct(Row.err(r.overlap, r.measured))} | {tok_m:.0f} / {tok_p:.0f} | "
                      f"{tf_m:.0f} / {tf_p:.0f} |")
     return lines
@@ -236,7 +241,7 @@ SHORT = {"overlap_grad_reduce": "grad", "overlap_param_gather": "param", "tp_com
 
 def stats_lines(rows: list[Row]) -> list[str]:
     head = [r for r in rows if r.point.headline]
-    lines = ["| set | points | MAE nest | worst nest | MAE sim | worst sim | MAE overlap | worst overlap "
+    lines = ["| set | points | MAE nest | worst nest | MAE closed form | worst closed form | MAE overlap | worst overlap "
              "| MAE nest, raw network |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     sets = [("all headline", head)] + [(s, [r for r in head if r.point.source == s]) for s in SOURCES]
@@ -245,7 +250,7 @@ def stats_lines(rows: list[Row]) -> list[str]:
         if not subset:
             continue
         n = summary(subset, "nest")
-        s = summary(subset, "sim")
+        s = summary(subset, "closed")
         o = summary(subset, "overlap")
         w = summary(subset, "raw")
         lines.append(f"| {name} | {len(subset)} | {100 * n[0]:.1f}% | {100 * n[1]:.1f}% ({n[2]}) | "
@@ -259,7 +264,7 @@ def ranking_lines(rows: list[Row]) -> list[str]:
     for r in rows:
         if r.point.group:
             groups.setdefault(f"{r.point.source} {r.point.group}", []).append(r)
-    lines = ["| group | configurations (measured s) | Spearman nest | Spearman sim | Spearman overlap |",
+    lines = ["| group | configurations (measured s) | Spearman nest | Spearman closed form | Spearman overlap |",
              "|---|---|---:|---:|---:|"]
     for name, rs in groups.items():
         if len(rs) < 2:
@@ -267,7 +272,7 @@ def ranking_lines(rows: list[Row]) -> list[str]:
         meas = [r.measured for r in rs]
         configs = "; ".join(f"{r.point.label} ({r.measured:.2f})" for r in rs)
         lines.append(f"| {name} | {configs} | {spearman([r.nest for r in rs], meas):.2f} | "
-                     f"{spearman([r.sim for r in rs], meas):.2f} | {spearman([r.overlap for r in rs], meas):.2f} |")
+                     f"{spearman([r.closed for r in rs], meas):.2f} | {spearman([r.overlap for r in rs], meas):.2f} |")
     return lines
 
 
@@ -299,8 +304,10 @@ def main(argv=None) -> int:
     mem = memory_rows([p for p in POINTS if p.headline])
     report = ["# Prediction fidelity", "",
               "Generated by `python bench/fidelity/run_fidelity.py` (sources in `bench/fidelity/points.py`).",
-              "Errors are (predicted - measured) / measured iteration time. *nest* and *sim*: nest's "
-              "defaults (no communication overlap); *overlap*: the closed form with the overlap switches "
+              "Errors are (predicted - measured) / measured iteration time. *nest*: nest's step time "
+              "(the exact schedule, equal to `nest evaluate --simulate` on every row) and *closed form* "
+              "(the DP's objective): nest's "
+              "defaults (no communication overlap); *overlap*: nest with the overlap switches "
               "the run used (grad: overlap_grad_reduce, param: overlap_param_gather, tp: tp_comm_overlap).",
               "",
               "## Iteration time", ""] + time_table(rows) + ["", "## Summary", ""] + stats_lines(rows) + \
