@@ -89,11 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--rank-order", action="append",
                       help="rank order(s) to search, innermost first (default: tp-cp-ep-dp-pp and "
                            "tp-cp-ep-pp-dp); repeat to give several")
-    plan.add_argument("--ranking", default="schedule", choices=("schedule", "closed-form"),
-                      help="compare candidates by the exact schedule of their split (default) or by "
-                           "the closed form the stage DP minimises")
     evaluate = sub.add_parser("evaluate", help="cost one fixed configuration")
     _add_scenario(evaluate)
+    for command in (plan, evaluate):
+        command.add_argument("--ranking", default="schedule", choices=("schedule", "closed-form"),
+                             help="rank candidates by the exact schedule of their split and polish the "
+                                  "chosen split on it (default), or by the closed form the stage DP "
+                                  "minimises, keeping the DP's split")
     evaluate.add_argument("--tp", type=_positive_int)
     evaluate.add_argument("--pp", type=_positive_int)
     evaluate.add_argument("--dp", type=_positive_int)
@@ -286,8 +288,8 @@ def _run(args) -> int:
         if missing:
             raise SpecError(f"evaluate: missing {', '.join(missing)} (the configuration to cost)")
         result = evaluate(sp=args.sp, distributed_optimizer=args.distributed_optimizer, zero=args.zero,
-                          cp=args.cp, ep=args.ep, vp=args.vp, rank_order=args.rank_order, **fixed,
-                          **common)
+                          cp=args.cp, ep=args.ep, vp=args.vp, rank_order=args.rank_order, ranking=args.ranking,
+                          **fixed, **common)
     if args.command == "evaluate" and (args.simulate or args.timeline):
         return _simulate(args, result, scenario)
     _print_plan(result, args)
