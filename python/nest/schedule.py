@@ -45,8 +45,7 @@ class StepTiming:
 
     def rank_end_s(self, rank: int) -> float:
         """When rank ``rank`` is done with the step."""
-        runs = self.end_runs[rank]
-        return runs[-1][1] + runs[-1][0].seconds if runs else self.finish_s[rank]
+        return _done(self.finish_s[rank], self.end_runs[rank])
 
     @property
     def step_s(self) -> float:
@@ -80,10 +79,7 @@ def step_timing(stages: Sequence[StageTasks], pp: int, micro_batches: int,
         sim = simulate_schedule(stages, pp, micro_batches)
         finish = [max((e.end_s for e in row), default=0.0) for row in sim.timelines]
     elif engine == "cpp":
-        column = lambda name: np.array([getattr(s, name) for s in stages], dtype=np.float64)  # noqa: E731
-        finish = engines._core().pipeline_finish(
-            pp, len(stages) // pp, micro_batches, column("forward_s"), column("recompute_s"),
-            column("backward_s"), column("send_forward_s"), column("send_backward_s")).tolist()
+        finish = _compiled_finish(pp, micro_batches, {name: [getattr(s, name) for s in stages] for name in _TIMES})
     else:
         raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(engines.ENGINES)}")
     runs = run_end_tasks(finish, ends)
@@ -101,10 +97,21 @@ def candidate_timing(scn: Scenario, cand: Candidate, layers_per_stage: Sequence[
 def candidate_step_s(scn: Scenario, cand: Candidate, layers_per_stage: Sequence[int]) -> float:
     """The step time of :func:`candidate_timing` (compiled schedule) without building the
     per-stage task objects: what the search ranks candidates by."""
-    cols = stage_columns(scn, cand, layers_per_stage)
-    finish = engines._core().pipeline_finish(
-        cand.pp, len(cols["ends"]) // cand.pp, scn.micro_batches(cand),
-        *(np.ascontiguousarray(cols[name]) for name in ("forward_s", "recompute_s", "backward_s",
-                                                       "send_forward_s", "send_backward_s"))).tolist()
+    finish = _compiled_finish(cand.pp, scn.micro_batches(cand), stage_columns(scn, cand, layers_per_stage))
     runs = run_end_tasks(finish, end_tasks(scn, cand, layers_per_stage))
-    return max(runs[d][-1][1] + runs[d][-1][0].seconds if runs[d] else finish[d] for d in range(cand.pp))
+    return max(_done(f, r) for f, r in zip(finish, runs))
+
+
+_TIMES = ("forward_s", "recompute_s", "backward_s", "send_forward_s", "send_backward_s")
+
+
+def _compiled_finish(pp: int, micro_batches: int, columns) -> list[float]:
+    """Per rank, the end of its last pipeline task: the compiled schedule of the
+    per-stage times in ``columns`` (a mapping with the :data:`_TIMES` keys)."""
+    times = [np.ascontiguousarray(columns[name], dtype=np.float64) for name in _TIMES]
+    return engines._core().pipeline_finish(pp, len(times[0]) // pp, micro_batches, *times).tolist()
+
+
+def _done(finish: float, runs) -> float:
+    """When a rank that finished its pipeline at ``finish`` is done with ``runs``."""
+    return runs[-1][1] + runs[-1][0].seconds if runs else finish
