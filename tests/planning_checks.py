@@ -5,13 +5,15 @@ directory on sys.path)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+import nest
 from nest import engine
 from nest.dp_problem import SOLVED
 from nest.dp_reference import brute_force
 from nest import pipeline
 from nest.planner import (_candidate_bound, _ends, _partial_bound, _problem, _Ranking, _table_bound,
-                          _work_floor_ps)
+                          _work_floor_ps, search)
 from nest.schedule import candidate_step_s, candidate_timing
 from nest.space import RANK_ORDERS, SpaceLimits, enumerate_partials, expand
 from nest.tables import PS, CandidateArrays, Scenario
@@ -45,6 +47,24 @@ def exhaustive_plans(model, cluster, job, limits: SpaceLimits) -> tuple[int, flo
         ends = [0] + result.ends[start:start + problem.stages(n)].tolist()
         steps.append(candidate_timing(scn, cands[n], np.diff(ends).tolist()).step_s)
     return best, min(steps)
+
+
+def assert_plans_are_optimal(model, cluster, job, limits: SpaceLimits):
+    """Both rankings against :func:`exhaustive_plans`: ``ranking="closed-form"`` returns
+    the closed form's optimum; the default ranking's candidate, before its split is
+    polished, has the fastest schedule of any candidate's DP split, and polishing only
+    makes it faster. Returns the plan."""
+    optimum, fastest = exhaustive_plans(model, cluster, job, limits)
+    closed_form = nest.plan(model, cluster, job, ranking="closed-form")
+    assert round(closed_form.closed_form_step_time_s * PS) == optimum
+    scn = Scenario(model, cluster, job)
+    found = search(scn)
+    layers = np.diff([0] + _ends(found.problem, found.result, found.local)).tolist()
+    assert candidate_step_s(scn, found.candidate, layers) == pytest.approx(fastest, rel=1e-12)
+    plan = nest.plan(model, cluster, job)
+    assert plan.step_time_s <= fastest * (1 + 1e-12)
+    assert plan.step_time_s <= closed_form.step_time_s
+    return plan
 
 
 def assert_bounds_below_objective(model, cluster, job, *, seed: int, sample: int) -> None:

@@ -11,14 +11,14 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from planning_checks import assert_bounds_below_objective, exhaustive_plans
+from planning_checks import assert_bounds_below_objective, assert_plans_are_optimal
 
 import nest
 from nest.presets.models import MODELS
 from nest.simulate import simulate
 from nest.space import RANK_ORDERS, SpaceLimits
 from nest.specs import OVERLAP_SWITCHES, JobSpec, ModelSpec
-from nest.tables import PS, Scenario, sync_exposed, to_ps
+from nest.tables import Scenario, sync_exposed, to_ps
 
 ALL_ON = dict.fromkeys(OVERLAP_SWITCHES, True)
 CONFIG = dict(tp=8, pp=4, dp=2, vp=1, micro_batch=1, sp=True, zero=1, recompute="selective")
@@ -124,12 +124,7 @@ def test_plan_with_overlap_is_the_exhaustive_optimum(memory_gib):
     cluster = replace(cluster, device=replace(cluster.device, memory_bytes=memory_gib * 2**30))
     job = JobSpec(global_batch=16, seq_len=1024, reserved_memory_bytes=0.25 * 2**30, **ALL_ON)
     everything = SpaceLimits(sp=(False, True), zero=(0, 1, 2, 3), rank_order=RANK_ORDERS)
-    optimum, fastest = exhaustive_plans(TINY, cluster, job, everything)
-    closed_form = nest.plan(TINY, cluster, job, ranking="closed-form")
-    assert round(closed_form.closed_form_step_time_s * PS) == optimum
-    plan = nest.plan(TINY, cluster, job)
-    assert plan.step_time_s == pytest.approx(fastest, rel=1e-12)
-    assert plan.step_time_s <= closed_form.step_time_s
+    assert_plans_are_optimal(TINY, cluster, job, everything)
 
 
 def test_bounds_stay_below_the_objective_with_overlap():

@@ -1,13 +1,12 @@
 """End-to-end planning: exactness against brute force, evaluate round trips, engines agree."""
 
 import pytest
-from planning_checks import exhaustive_plans
+from planning_checks import assert_plans_are_optimal
 
 import nest
 from nest.presets.clusters import CLUSTERS
 from nest.space import SpaceLimits
 from nest.specs import JobSpec, ModelSpec
-from nest.tables import PS
 
 TINY = ModelSpec(name="tiny", num_layers=4, hidden=1024, num_heads=16, ffn_hidden=4096,
                  vocab_size=32000, seq_len=1024)
@@ -27,12 +26,7 @@ EVERYTHING = SpaceLimits(sp=(False, True), zero=(0, 1, 2, 3),
 def test_plan_is_the_exhaustive_optimum(memory_gib):
     cluster = _tiny_cluster(memory_gib)
     job = JobSpec(global_batch=16, seq_len=1024, reserved_memory_bytes=0.5 * 2**30)
-    optimum, fastest = exhaustive_plans(TINY, cluster, job, EVERYTHING)
-    closed_form = nest.plan(TINY, cluster, job, ranking="closed-form")
-    assert round(closed_form.closed_form_step_time_s * PS) == optimum
-    plan = nest.plan(TINY, cluster, job)
-    assert plan.step_time_s == pytest.approx(fastest, rel=1e-12)
-    assert plan.step_time_s <= closed_form.step_time_s
+    plan = assert_plans_are_optimal(TINY, cluster, job, EVERYTHING)
     assert plan.memory_max_bytes <= cluster.device.memory_bytes
     assert plan.devices_used <= cluster.num_devices
 
