@@ -1,8 +1,9 @@
 """The step time nest reports for a plan: the exact time of its pipeline schedule.
 
-The stage DP chooses the split with the closed form of :mod:`nest.pipeline`, which is an
-upper bound of the schedule's time (equal to it for the stage shapes its docstring
-lists). Once a split is chosen, its step is priced exactly: the per-micro-batch tasks of
+The stage DP splits a candidate by the closed form of :mod:`nest.pipeline`, an upper
+bound of the schedule's time (equal to it for the stage shapes its docstring lists); the
+search ranks candidates, and polishes the chosen split, by the exact step
+(:mod:`nest.planner`). A split's step is priced this way: the per-micro-batch tasks of
 every virtual stage (:func:`nest.simulate.stage_tasks`) run through Megatron-LM's 1F1B or
 interleaved 1F1B order in the compiled core (``nest._core.pipeline_finish``, the longest
 path of the schedule in ``O(m v p)``), then every rank syncs the gradients of the

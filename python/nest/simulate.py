@@ -60,11 +60,11 @@ chunks (the closed form: ``v x`` the heaviest) and starts when that rank is done
 split forward and backward very differently can make either schedule slower than the
 closed form (not the case for transformer plans).
 
-How it relates to nest's step time. nest chooses a plan's split with the closed form and
-then prices the chosen split's schedule exactly (:mod:`nest.schedule`): the same tasks,
-run in the compiled core by a readiness sweep over dense arrays instead of events. The
-two agree to rounding on every plan (``SimResult.relative_difference``); the closed form's
-gap is ``SimResult.closed_form_difference``.
+How it relates to nest's step time. nest prices a plan's split exactly
+(:mod:`nest.schedule`): the same tasks, run in the compiled core by a readiness sweep
+over dense arrays instead of events. The two agree to rounding on every plan
+(``SimResult.relative_difference``); the closed form's gap is
+``SimResult.closed_form_difference``.
 """
 
 from __future__ import annotations
