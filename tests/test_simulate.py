@@ -279,7 +279,7 @@ def test_plans_simulate_consistently(model, cluster, devices, kwargs):
 
 
 def _preset_cases():
-    return [(name, devices) for name in MODELS for devices in (64, 512)]
+    return [(name, devices) for name in MODELS for devices in (64, 512, 2048)]
 
 
 def _variants(model: str, cluster):
@@ -314,14 +314,15 @@ def _variants(model: str, cluster):
 
 @pytest.mark.parametrize("model,devices", _preset_cases())
 def test_every_preset_agrees_with_closed_form(model, devices):
-    """Every preset model at two scales, plans without overlap assumptions (ZeRO-0/1, no
-    context parallelism), nest's own plan among them: nest's step time equals the
-    event-driven simulation to 1e-9 (issue 5 asks for 1%). The simulation of the pipeline
-    the closed form assumes (chunks before the last as slow as the slowest of them, v x
-    the heaviest chunk synchronised) equals the DP's closed form to 1e-9; the faithful
-    simulation is never slower than the closed form, equal to it without a pipeline and,
-    interleaved on the DP's or Megatron's split, at most 3.5% faster (the closed form
-    pads the embedding's chunk to the slowest and syncs v x the heaviest chunk)."""
+    """Every preset model on 64, 512 and 2048 H100s, plans without overlap assumptions
+    (ZeRO-0/1, no context parallelism), nest's own plan among them: nest's step time
+    equals the event-driven simulation to 1e-9 (issue 5 asks for 1%). The simulation of
+    the pipeline the closed form assumes (chunks before the last as slow as the slowest
+    of them, v x the heaviest chunk synchronised) equals the DP's closed form to 1e-9;
+    the faithful simulation is never slower than the closed form, equal to it without a
+    pipeline and, interleaved on the DP's or Megatron's split, at most 3.5% faster (7% on
+    2048; the closed form pads the embedding's chunk to the slowest and syncs v x the
+    heaviest chunk)."""
     cluster = nest.load_cluster("dgx-h100", devices=devices)
     checked = 0
     for p, dp_split in _variants(model, cluster):
@@ -334,8 +335,10 @@ def test_every_preset_agrees_with_closed_form(model, devices):
         if p.parallelism["pp"] == 1:
             assert closed_form == pytest.approx(p.step_time_s, rel=1e-9)
         if p.parallelism["vp"] > 1 and dp_split:
-            # measured: 28 of 36 within 1%, worst 3.1% (bert-large, 512 devices, m = 16)
-            assert closed_form <= r.step_time_s * 1.035
+            # measured on 64 and 512 devices: 28 of 36 within 1%, worst 3.1% (bert-large,
+            # 512 devices, m = 16); on 2048 fewer micro-batches leave the padded chunks more
+            # exposed: worst 6.5% (gpt-7.5b, m = 8)
+            assert closed_form <= r.step_time_s * (1.035 if devices <= 512 else 1.07)
         checked += 1
     if not checked:
         pytest.skip(f"nothing fits {model} on {devices} devices")
