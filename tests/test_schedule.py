@@ -251,3 +251,13 @@ def test_cli_evaluate_ranking(capsys):
         assert main(args + ["--ranking", ranking]) == 0
         layers[ranking] = [len(s["layers"]) for s in json.loads(capsys.readouterr().out)["stages"]]
     assert layers == {"schedule": [5, 8, 8, 5], "closed-form": [6, 7, 7, 6]}
+
+
+def test_text_report_shows_both_times(capsys):
+    from nest.cli import main
+
+    assert main(["plan", "--model", "bert-large", "--cluster", "h100-spineleaf", "--devices", "64"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("step time"))
+    plan = nest.plan("bert-large", nest.load_cluster("h100-spineleaf", devices=64))
+    assert f"{plan.step_time_s:10.4f} s" in line
+    assert f"(exact schedule; the stage DP's closed form of this split: {plan.closed_form_step_time_s:.4f} s)" in line

@@ -56,7 +56,7 @@ def render(plan: Plan) -> str:
         "",
         f"step time     {plan.step_time_s:10.4f} s"
         + ("" if plan.closed_form_step_time_s is None
-           else f"   (schedule; the split was chosen on the closed form {plan.closed_form_step_time_s:.4f} s)"),
+           else f"   (exact schedule; the stage DP's closed form of this split: {plan.closed_form_step_time_s:.4f} s)"),
         f"throughput    {plan.throughput_tokens_per_s:10.0f} tokens/s "
         f"({plan.throughput_tokens_per_s / plan.devices_used:.0f} per device)",
         f"MFU           {100 * plan.mfu:10.1f} %",
