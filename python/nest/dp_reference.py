@@ -225,6 +225,12 @@ def brute_force(problem: DPProblem, n: int) -> tuple[int, int, int, list[int]] |
     return None if best is None else (best[0], max([best[1], *best[3]]), best[2], best[4])
 
 
+def stage_times(problem: DPProblem, n: int, ends: list[int]) -> list[int]:
+    """Per stage of candidate ``n`` split at ``ends``: its time (ps) as the DP prices it."""
+    cand = _Candidate(problem, n)
+    return [cand.stage_time(k, i, j) for k, (i, j) in enumerate(zip([0] + list(ends[:-1]), ends))]
+
+
 def stage_details(problem: DPProblem, n: int, ends: list[int]) -> list[dict]:
     """Per stage of candidate ``n`` split at ``ends``: time (ps), params, memory, fit.
 

@@ -84,7 +84,7 @@ import numpy as np
 from . import engine as engines
 from . import diagnose, pipeline, schedule
 from .dp_problem import INF, INFEASIBLE, SOLVED, DPProblem, DPResult
-from .dp_reference import stage_details
+from .dp_reference import stage_details, stage_times
 from .errors import InfeasibleError, SpecError
 from .layout import DEFAULT_ORDER, parse_order
 from .loading import load_cluster, load_model
@@ -462,16 +462,17 @@ class _Search:
             closed_form = int(result.objective[n])
             if not self._may_win(closed_form, cands.vp[n]):
                 continue  # the incumbent improved since the batch was filtered
-            candidate = cands.candidate(self.table, n)
+            candidate = None
             if self.ranking is None:
                 score = closed_form
             elif _work_floor_ps(problem, result, n, int(cands.pp[n]), int(micro[n])) > self.score:
                 continue  # its busiest rank alone takes longer than the incumbent's step
             else:
+                candidate = cands.candidate(self.table, n)
                 score = self._schedule_ps(candidate, problem, result, n)
             if (score, closed_form, key) < (self.score, self.closed_form, self.key or ()):
                 self.score, self.closed_form, self.key = score, closed_form, key
-                self.best = SearchOutcome(candidate, problem, result, n, 0, 0)
+                self.best = SearchOutcome(candidate or cands.candidate(self.table, n), problem, result, n, 0, 0)
 
     def _may_win(self, closed_form, vp) -> np.ndarray:
         """Whether a split with this closed form may still beat the incumbent: its closed
@@ -529,6 +530,11 @@ class _Pass:
         self.partials = Partials(space.configs, config, combo(pp), combo(dp), combo(vp), space.config_arrays)
 
 
+def _check_ranking(ranking: str) -> None:
+    if ranking not in RANKINGS:
+        raise SpecError(f"ranking = {ranking!r}: must be one of {', '.join(RANKINGS)}")
+
+
 def search(scn: Scenario, limits: SpaceLimits = SpaceLimits(), engine: str = "cpp",
            threads: int | None = None, ranking: str = "schedule") -> SearchOutcome:
     """Find the best candidate; InfeasibleError if nothing fits in memory.
@@ -536,8 +542,7 @@ def search(scn: Scenario, limits: SpaceLimits = SpaceLimits(), engine: str = "cp
     ``ranking="closed-form"``: the candidate (and split) with the smallest closed form;
     ``"schedule"``: the candidate whose DP split has the fastest exact schedule
     (:class:`_Ranking` says which candidates are bounded how)."""
-    if ranking not in RANKINGS:
-        raise SpecError(f"ranking = {ranking!r}: must be one of {', '.join(RANKINGS)}")
+    _check_ranking(ranking)
     by = _Ranking() if ranking == "schedule" else None
     space = PartialSpace(scn.model, scn.cluster, scn.job, scn.num_nodes, limits)
     if not len(space.configs):
@@ -677,23 +682,12 @@ def polish_split(scn: Scenario, cand: Candidate, problem: DPProblem, local: int,
 
 def _work_floor_ps(problem: DPProblem, result: DPResult, n: int, pp: int, micro_batches: int) -> int:
     """A lower bound on the exact schedule of candidate ``n``'s split: every pipeline rank
-    runs its chunks (the DP's stage times, sends included) once per micro-batch, less one
-    picosecond of rounding per node and micro-batch."""
-    ends = _ends(problem, result, n)
-    c, first = int(problem.cand_config[n]), int(problem.pos_offset[n])
-    prefix = np.concatenate(([0], np.cumsum(problem.time_ps[c])))
-    tiers = problem.pos_tier[first:first + len(ends)]
+    runs its chunks (the DP's stage times, sends included) once per micro-batch, less two
+    picoseconds of rounding per node and micro-batch."""
     work = [0] * pp
-    start = 0
-    for k, end in enumerate(ends):
-        t = int(prefix[end] - prefix[start])
-        if k < len(ends) - 1:
-            t += int(problem.send_ps[c, tiers[k], end - 1])
-        if k > 0:
-            t += int(problem.send_ps[c, tiers[k - 1], start - 1])
+    for k, t in enumerate(stage_times(problem, n, _ends(problem, result, n))):
         work[k % pp] += t
-        start = end
-    return micro_batches * (max(work) - 2 * len(prefix))
+    return micro_batches * (max(work) - 2 * (problem.num_nodes + 1))
 
 
 def _ends(problem: DPProblem, result: DPResult, n: int) -> list[int]:
@@ -727,8 +721,7 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
     with _priceable(scn):
         problem = _problem(scn, [cand])
         result = engines.solve(problem, engine, threads) if layers_per_stage is None else None
-    if ranking not in RANKINGS:
-        raise SpecError(f"ranking = {ranking!r}: must be one of {', '.join(RANKINGS)}")
+    _check_ranking(ranking)
     if layers_per_stage is None:
         if result.status[0] == INFEASIBLE:
             raise InfeasibleError(diagnose.config_message(scn, cand, None, engine, threads))

@@ -40,10 +40,6 @@ class StepTiming:
     finish_s: tuple[float, ...]
     end_runs: tuple[tuple[tuple[EndTask, float], ...], ...]
 
-    @property
-    def vp(self) -> int:
-        return len(self.stages) // self.pp
-
     def rank_end_s(self, rank: int) -> float:
         """When rank ``rank`` is done with the step."""
         return _done(self.finish_s[rank], self.end_runs[rank])
