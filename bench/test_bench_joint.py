@@ -14,8 +14,9 @@ are reported, never asserted (they depend on the machine).
 import pytest
 
 import nest
-from nest.planner import coerce_inputs, search
-from nest.tables import Scenario
+from nest.cost.scenario import Scenario
+from nest.inputs.coerce import coerce_inputs
+from nest.search.search import search
 
 CASES = [("mixtral-8x7b", "h100-spineleaf", 1024), ("deepseek-v3", "dgx-h100", 2048),
          ("gpt3-175b", "dgx-a100", 1024)]

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 import nest
-from nest import engine
-from nest.planner import _problem
-from nest.space import enumerate_partials, expand
+from nest.cost.scenario import Scenario
+from nest.dp import engine as engine
+from nest.search.problems import problem as dp_problem
+from nest.search.space import enumerate_partials, expand
 from nest.specs import JobSpec
-from nest.tables import Scenario
 
 
 @pytest.mark.parametrize("devices", [64, 256, 1024, 4096, 16384])
@@ -37,7 +37,7 @@ def _identical_tables(count: int = 64, interleaved: bool = False):
     partials = enumerate_partials(model, cluster, scn.job, scn.num_nodes)
     schedule = partials.vp > 1 if interleaved else partials.vp == 1
     index = np.flatnonzero((partials.pp >= 4) & schedule)[:count]
-    problem = _problem(scn, expand(partials, index)[:count])
+    problem = dp_problem(scn, expand(partials, index)[:count])
     from dataclasses import replace
     return replace(problem, cand_lower_bound=np.zeros_like(problem.cand_lower_bound))
 

@@ -7,16 +7,17 @@ next to the search, and far faster than the event-driven simulator that checks i
 * deepseek-v3 on 1024 h100-spineleaf GPUs: nest's plan is 1F1B with p = 32, m = 288
   (18 432 forward and backward tasks); gpt3-175b on 1024 dgx-a100 GPUs: p = 8, v = 4.
 * ``compiled``: building the tasks and running the compiled sweep; ``event``: the same
-  tasks through :func:`nest.simulate.simulate_schedule`.
+  tasks through :func:`nest.schedule.simulate.simulate_schedule`.
 """
 
 import pytest
 
 import nest
-from nest.planner import coerce_inputs
-from nest.schedule import candidate_timing
-from nest.simulate import candidate_of, simulate_candidate
-from nest.tables import Scenario
+from nest.cost.scenario import Scenario
+from nest.inputs.coerce import coerce_inputs
+from nest.parallel import Candidate
+from nest.schedule.simulate import simulate_candidate
+from nest.schedule.step import candidate_timing
 
 CASES = [("deepseek-v3", "h100-spineleaf", 1024), ("gpt3-175b", "dgx-a100", 1024)]
 
@@ -26,7 +27,7 @@ def _case(model, cluster, devices):
     plan = nest.plan(model, c, limits=nest.SpaceLimits(zero=(0, 1), cp=(1,)))
     spec, c, job = coerce_inputs(model, c, None)
     scn = Scenario(spec, c, job)
-    return scn, candidate_of(scn, plan.parallelism), [len(s.layers) for s in plan.stages], plan
+    return scn, Candidate.of_parallelism(plan.parallelism, scn.model.tied_embeddings), [len(s.layers) for s in plan.stages], plan
 
 
 @pytest.mark.parametrize("engine", ["compiled", "event"])

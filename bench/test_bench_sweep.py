@@ -9,7 +9,7 @@
 import os
 from pathlib import Path
 
-from nest.sweep import expand_grid, run_sweep
+from nest.studies.sweep import expand_grid, run_sweep
 
 GRID = Path(__file__).resolve().parents[1] / "tests" / "data" / "sweeps" / "bench_1000.yaml"
 

@@ -34,11 +34,12 @@ import numpy as np
 import pytest
 
 import nest
-from nest import topology as T
+from nest.cost.scenario import Scenario
+from nest.network import routing
+from nest.parallel import RANK_ORDERS, SpaceLimits
 from nest.presets.clusters import GRAPH_CLUSTERS
-from nest.space import RANK_ORDERS, SpaceLimits, enumerate_partials
+from nest.search.space import enumerate_partials
 from nest.specs import JobSpec
-from nest.tables import Scenario
 
 SIZES = [1024, 4096, 16384]
 
@@ -55,7 +56,7 @@ def test_plan_on_fat_tree(benchmark, devices):
         return cluster, plan, built, time.perf_counter() - started
 
     cluster, plan, built, total = benchmark.pedantic(run, rounds=2, iterations=1)
-    comp = T._compile(cluster.graph)
+    comp = routing.compile_graph(cluster.graph)
     benchmark.extra_info.update(
         total_s=total, cluster_build_s=built, solve_time_s=plan.solve_time_s,
         candidates_priced=plan.candidates_total, router_pairs=len(comp.routes.keys) if comp.routes else 0,
@@ -82,6 +83,6 @@ def test_price_every_layout(benchmark, devices):
         return cluster, len(keys) * len(RANK_ORDERS), time.perf_counter() - started
 
     cluster, layouts, pricing = benchmark.pedantic(run, rounds=1, iterations=1)
-    comp = T._compile(cluster.graph)
+    comp = routing.compile_graph(cluster.graph)
     benchmark.extra_info.update(layouts=layouts, pricing_s=pricing,
                                 router_pairs=len(comp.routes.keys) if comp.routes else 0)

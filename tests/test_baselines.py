@@ -5,9 +5,19 @@ from dataclasses import replace
 import pytest
 
 import nest
-from nest.baselines import (ALL_STRATEGIES, even_split, flat_cluster, manual, manual_config,
-                            manual_split, mcmc, plan_config, run_strategy, topology_blind)
 from nest.presets.clusters import CLUSTERS
+from nest.studies.baselines import (
+    ALL_STRATEGIES,
+    even_split,
+    flat_cluster,
+    manual,
+    manual_config,
+    manual_split,
+    mcmc,
+    plan_config,
+    run_strategy,
+    topology_blind,
+)
 
 
 @pytest.fixture(scope="module")

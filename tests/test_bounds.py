@@ -3,11 +3,11 @@ objective, on realistic and on adversarial networks (an outer tier faster than a
 one spreads groups profitably, which once made a bound overshoot)."""
 
 import pytest
-from planning_checks import assert_bounds_below_objective
 
 import nest
 from nest.presets.models import MODELS
 from nest.specs import JobSpec, Tier
+from planning_checks import assert_bounds_below_objective
 
 
 def _fast_outer_cluster():

@@ -116,7 +116,7 @@ def test_listings(capsys):
 
 
 def test_report_summarises_long_rank_lists():
-    from nest.report import _ranges
+    from nest.report.text import _ranges
 
     assert _ranges((0, 1, 2, 3, 8, 9)) == "0-3,8-9"
     assert _ranges(tuple(range(0, 64, 8))) == "0,8,... (8 in 8 runs)"
@@ -127,7 +127,7 @@ def test_network_nccl_prices_on_the_calibrated_tiers(capsys):
     """--network nccl is the plan of nest.network.calibrated_cluster: slower collectives
     than the nominal tiers, exactly the API's numbers; graphs and instances refuse it."""
     import nest
-    from nest.network import calibrated_cluster
+    from nest.network.tiers import calibrated_cluster
 
     base = ["evaluate", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--devices", "64", "--tp", "1",
             "--pp", "1", "--dp", "64", "--mbs", "1", "--zero", "1", "--json"]

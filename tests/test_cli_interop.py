@@ -1,10 +1,10 @@
 """The interop paths as a user runs them: HF configs, profiles, NEST instances, --emit."""
 
 import json
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from nest.cli import main
 

@@ -5,9 +5,16 @@ import json
 import pytest
 
 import nest
-from nest.compare import (CompareRow, compare, compare_json, compare_plot, normalize,
-                          render_compare, sized_cluster)
 from nest.presets.clusters import CLUSTERS
+from nest.studies.compare import (
+    CompareRow,
+    compare,
+    compare_json,
+    compare_plot,
+    normalize,
+    render_compare,
+    sized_cluster,
+)
 
 
 def _row(devices, strategy, tokens, model="m", cluster="c"):

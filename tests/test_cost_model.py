@@ -2,18 +2,23 @@
 collectives (alpha-beta), memory per parameter."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from nest.compute import KernelModel
-from nest.costs import LayerConfig, NodeCostModel
-from nest.layout import Layout, joint_groups
-from nest.network import group_shape
+from nest.cost.compute import KernelModel
+from nest.cost.model import node_params
+from nest.cost.nodes import NodeCostModel
+from nest.cost.pricing import price_candidate
+from nest.cost.scenario import Scenario
+from nest.network.layout import Layout, joint_groups
+from nest.network.tiers import group_shape
+from nest.parallel import Candidate, LayerConfig
 from nest.presets.clusters import CLUSTERS
 from nest.presets.models import MODELS
 from nest.specs import JobSpec
-from nest.tables import Candidate, Scenario
+from planning_checks import node_row
 
 GPT = MODELS["gpt3-175b"]
 CLUSTER = CLUSTERS["dgx-a100"].sized(1024)
@@ -21,7 +26,7 @@ CLUSTER = CLUSTERS["dgx-a100"].sized(1024)
 
 def _block(model, job, cfg, kind="block"):
     kernels = KernelModel(CLUSTER.device, 2, CLUSTER.device.peak_flops("bf16"))
-    return NodeCostModel(model, job, kernels).cost(kind, cfg)
+    return node_row(NodeCostModel(model, job, kernels), kind, cfg)
 
 
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])
@@ -66,8 +71,6 @@ def test_grouped_query_attention_keeps_the_core_flops():
     weights the values: the attention core costs the same as with one KV head per query
     head, the block's FLOPs differ only by the smaller K/V projections, and the context
     activation stays heads x head_dim wide."""
-    from dataclasses import replace
-
     mha = MODELS["llama2-7b"]
     gqa = replace(mha, name="llama2-7b-gqa", num_kv_heads=mha.num_heads // 4)
     job = JobSpec(global_batch=64, seq_len=4096)
@@ -89,7 +92,7 @@ def test_full_recompute_adds_a_forward_pass():
     selective = _block(GPT, job, LayerConfig(8, True, 1, "selective"))
     assert none.compute_s < selective.compute_s < full.compute_s
     assert full.compute_s == pytest.approx(none.compute_s * 4 / 3, rel=0.1)
-    assert full.tp_ops[0][0] == 1.5 * none.tp_ops[0][0] == 6  # 2 fwd + 2 bwd + 2 recomputed
+    assert full.tp_count[0] == 1.5 * none.tp_count[0] == 6  # 2 fwd + 2 bwd + 2 recomputed
 
 
 def test_ring_all_reduce_single_tier():
@@ -132,13 +135,12 @@ def test_pipeline_boundary_tiers_follow_rank_order():
 def test_memory_per_parameter_megatron_and_zero1():
     scn = Scenario(GPT, CLUSTER, JobSpec(global_batch=1536, seq_len=2048))
     cfg = LayerConfig(8, True, 1, "none")
-    plain = scn.sync_terms(Candidate(cfg, pp=8, dp=8, zero=0)).dense_bytes
-    sharded = scn.sync_terms(Candidate(cfg, pp=8, dp=8, zero=1)).dense_bytes
+    plain = price_candidate(scn, Candidate(cfg, pp=8, dp=8, zero=0)).sync["dense_bytes"][0]
+    sharded = price_candidate(scn, Candidate(cfg, pp=8, dp=8, zero=1)).sync["dense_bytes"][0]
     assert plain == 18  # Megatron: 2 weight + 4 fp32 grad + 12 Adam state
     assert sharded == 6 + 12 / 8
 
 
 def test_tied_embedding_copy_only_across_stages():
-    from nest.model import node_params
     assert node_params(GPT, "head", 8, True)[0] - node_params(GPT, "head", 8, False)[0] == \
         math.ceil(GPT.vocab_size * GPT.hidden / 8)

@@ -1,15 +1,18 @@
-"""The search prices layer configurations column-wise (numpy); plans are reported and
-simulated from the per-configuration cost model. Both must agree bit for bit, or a plan
-and its own evaluation would disagree."""
+"""The node cost model is columnar: the search prices thousands of configurations in one
+table, a report prices its plan's configuration alone. Both must agree bit for bit, or a
+plan and its own evaluation would disagree."""
 
 import numpy as np
 import pytest
 
 import nest
-from nest.costs import COST_FIELDS, OP_FIELDS, kind_cost_columns
-from nest.space import SpaceLimits, enumerate_partials
+from nest.cost.nodes import COST_FIELDS, OP_FIELDS
+from nest.cost.scenario import Scenario
+from nest.inputs.measured import MeasuredSource
+from nest.inputs.profiles import load_profile
+from nest.parallel import ConfigArrays, LayerConfig, SpaceLimits
+from nest.search.space import enumerate_partials
 from nest.specs import JobSpec
-from nest.tables import Scenario
 
 CASES = [
     ("gpt3-175b", "dgx-a100", 1024, JobSpec(global_batch=1536, seq_len=2048)),
@@ -25,18 +28,65 @@ CASES = [
 
 
 @pytest.mark.parametrize("name,cluster,devices,job", CASES, ids=[c[0] for c in CASES])
-def test_columnar_tables_equal_per_config_costs(name, cluster, devices, job):
+def test_a_configuration_priced_alone_equals_its_row_of_a_large_table(name, cluster, devices, job):
     model, cluster = nest.load_model(name), nest.load_cluster(cluster, devices=devices)
     scn = Scenario(model, cluster, job)
     partials = enumerate_partials(model, cluster, job, scn.num_nodes, SpaceLimits())
     rng = np.random.default_rng(3)
-    pick = rng.choice(len(partials.configs), size=min(200, len(partials.configs)), replace=False)
-    configs = [partials.configs[i] for i in sorted(pick)]
+    pick = sorted(rng.choice(len(partials.configs), size=min(200, len(partials.configs)), replace=False))
+    configs = [partials.configs[i] for i in pick]
     table = scn.config_table(configs)
-    for k, kind in enumerate(scn.kind_list):
-        reference = kind_cost_columns([scn.kind_costs(cfg)[kind] for cfg in configs])
+    for i in rng.choice(len(configs), size=12, replace=False).tolist():
+        alone = scn.config_table([configs[i]])
         for field in COST_FIELDS:
-            np.testing.assert_array_equal(table.cols[field][:, k], reference[field], err_msg=field)
+            np.testing.assert_array_equal(alone.cols[field][0], table.cols[field][i], err_msg=field)
+            assert alone.cols[field].dtype == table.cols[field].dtype
         for field in OP_FIELDS:
-            got = table.cols[field][:, k, :reference[field].shape[1]]
-            np.testing.assert_array_equal(got, reference[field], err_msg=field)
+            np.testing.assert_array_equal(alone.cols[field][0], table.cols[field][i], err_msg=field)
+        np.testing.assert_array_equal(alone.send_ps[0], table.send_ps[i])
+        assert alone.transient[0] == table.transient[i]
+        arrays = ConfigArrays.of([configs[i]])
+        for kind in scn.kind_list:
+            assert scn.source.model_flops(kind, arrays)[0] == scn.source.model_flops(kind, table.arrays)[i]
+
+
+def test_model_flops_follow_narayanan_for_gpt():
+    """``72 b s h^2 (1 + s / 6h)`` forward + backward FLOPs per GPT block (Narayanan et al.
+    2021, eq. 3 without the logits): three times ``24 b s h^2 + 4 b s^2 h``."""
+    model = nest.load_model("gpt3-175b")
+    scn = Scenario(model, nest.load_cluster("dgx-a100", devices=8), JobSpec(global_batch=8, seq_len=2048))
+    b, s, h = 2, 2048, model.hidden
+    arrays = ConfigArrays.of([LayerConfig(1, False, b, "none")])
+    expected = 72 * b * s * h * h * (1 + s / (6 * h))
+    assert scn.source.model_flops("block", arrays)[0] == pytest.approx(expected, rel=1e-12)
+    eight = ConfigArrays.of([LayerConfig(8, True, b, "none")])
+    assert scn.source.model_flops("block", eight)[0] == scn.source.model_flops("block", arrays)[0] / 8
+
+
+def test_measured_tables_are_the_profile_rows():
+    profile = load_profile("tests/data/profiles/tiny.json")
+    source = MeasuredSource(profile)
+    tp = profile.tp_degrees[0]
+    arrays = ConfigArrays.of([LayerConfig(tp, False, 1, r) for r in ("none", "full")])
+    for node, name in enumerate(profile.names):
+        columns = source.table(name, arrays)
+        for row, recompute in enumerate(("none", "full")):
+            cost = profile.node_costs(tp, 1, 2, recompute)[node]
+            assert columns["fwd_s"][row] == cost.fwd_s and columns["recompute_s"][row] == cost.recompute_s
+            assert columns["compute_s"][row] == cost.fwd_s + cost.bwd_s + cost.recompute_s
+            assert columns["act_bytes"][row] == cost.act_bytes and columns["params_dense"][row] == cost.params
+            assert columns["tp_count"][row].tolist() == [0.0]
+        assert source.model_flops(name, arrays).tolist() == [profile.node_costs(tp, 1, 2, r)[node].model_flops
+                                                              for r in ("none", "full")]
+    with pytest.raises(nest.SpecError, match="^cp = 2, ep = 1: measured profiles fix"):
+        source.table(profile.names[0], ConfigArrays.of([LayerConfig(tp, False, 1, "none", cp=2)]))
+
+
+def test_jobs_beyond_int64_bytes_are_rejected_by_name():
+    """Unfused attention over millions of tokens needs more bytes than int64 holds: a
+    SpecError naming the job, not wrapped integers."""
+    model = nest.load_model("gpt-1.7b")
+    job = JobSpec(global_batch=1, seq_len=2**27, flash_attention=False)
+    scn = Scenario(model, nest.load_cluster("dgx-a100", devices=8), job)
+    with pytest.raises(nest.SpecError, match=r"^job = 1 x 134217728 tokens of gpt-1.7b: too large to price"):
+        scn.config_table([LayerConfig(1, False, 1, "none")])

@@ -104,8 +104,8 @@ def test_repeated_in_process_calls_are_identical():
 def _shared_scenarios():
     """Calls that share objects across threads: one ClusterSpec instance, preset names,
     one MeasuredSource (whose per-source cache fills concurrently)."""
-    from nest.measured import MeasuredSource
-    from nest.profiles import load_profile
+    from nest.inputs.measured import MeasuredSource
+    from nest.inputs.profiles import load_profile
 
     a100 = nest.load_cluster("dgx-a100", devices=256)
     h100 = nest.load_cluster("h100-spineleaf", devices=128)

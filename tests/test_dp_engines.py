@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from nest import _core as core
-from nest import dp_reference, engine
-from nest.dp_problem import CHUNK, INF, INFEASIBLE, PRUNED, SOLVED, DPProblem, DPResult
+from nest.dp import engine as engine
+from nest.dp import reference as dp_reference
+from nest.dp.problem import CHUNK, INF, INFEASIBLE, PRUNED, SOLVED, DPProblem, DPResult
 
 ARRAY_FIELDS = ("time_ps", "params", "mem_params", "act_bytes", "send_ps", "cand_config", "cand_scale",
                 "cand_offset", "cand_head_scale", "cand_mem_fixed", "cand_mem_per_param", "cand_g0", "cand_g1",

@@ -1,4 +1,4 @@
-"""Device and collective efficiency curves (nest.efficiency, nest.compute, nest.network):
+"""Device and collective efficiency curves (nest.cost.efficiency, nest.cost.compute, nest.network):
 the documented properties, not particular numbers."""
 
 import math
@@ -6,10 +6,16 @@ import math
 import numpy as np
 import pytest
 
-from nest.compute import FLASH_BACKWARD_FACTOR, KernelModel
-from nest.efficiency import DEVICE_EFFICIENCY, GENERIC, device_efficiency, gemm_fraction, gemm_throughput
-from nest.network import (NCCL_EFFICIENCY, RAW_EFFICIENCY, CollectiveEfficiency, TierEfficiency,
-                          calibrated_cluster, group_shape)
+from nest.cost.compute import FLASH_BACKWARD_FACTOR, KernelModel
+from nest.cost.efficiency import DEVICE_EFFICIENCY, GENERIC, device_efficiency, gemm_fraction, gemm_throughput
+from nest.network.tiers import (
+    NCCL_EFFICIENCY,
+    RAW_EFFICIENCY,
+    CollectiveEfficiency,
+    TierEfficiency,
+    calibrated_cluster,
+    group_shape,
+)
 from nest.presets.clusters import CLUSTERS
 from nest.presets.devices import DEVICES
 
@@ -77,7 +83,7 @@ def test_attention_backward_is_slower_per_flop_than_forward():
     assert bwd > FLASH_BACKWARD_FACTOR * fwd
 
 
-def test_vectorised_kernels_equal_the_scalar_ones_bit_for_bit():
+def test_kernels_on_columns_equal_each_element_alone_bit_for_bit():
     rng = np.random.default_rng(0)
     m = rng.integers(1, 70000, 400).astype(np.int64)
     n = rng.integers(1, 60000, 400).astype(np.float64)
@@ -88,9 +94,9 @@ def test_vectorised_kernels_equal_the_scalar_ones_bit_for_bit():
             if dtype == "fp8" and not device.peak_flops_fp8:
                 continue
             km = KernelModel(device, dtype_bytes, device.peak_flops(dtype))
-            got = km.gemms(m, n, k)
+            got = km.gemm(m, n, k)
             assert got.tolist() == [km.gemm(int(a), float(b), int(c)) for a, b, c in zip(m, n, k)]
-            got = km.bmms(m, n, k, batch)
+            got = km.bmm(m, n, k, batch)
             assert got.tolist() == [km.bmm(int(a), float(b), int(c), int(d)) for a, b, c, d in zip(m, n, k, batch)]
 
 

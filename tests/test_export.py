@@ -5,13 +5,13 @@ from __future__ import annotations
 import copy
 import json
 import shlex
-import tomllib
 
 import pytest
+import tomllib
 
 import nest
 from nest.errors import SpecError
-from nest.export import FORMATS, emit
+from nest.report.export import FORMATS, emit
 
 
 def names(first: int, last: int) -> list[str]:

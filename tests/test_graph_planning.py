@@ -8,22 +8,23 @@ from dataclasses import replace
 import networkx as nx
 import numpy as np
 import pytest
-from planning_checks import assert_bounds_below_objective, assert_plans_are_optimal
 
 import nest
-from nest import topology as T
+from nest.cost.scenario import Scenario
+from nest.network import generators, routing
+from nest.network import graph as graph_net
+from nest.parallel import RANK_ORDERS, SpaceLimits
 from nest.presets.models import MODELS
-from nest.space import RANK_ORDERS, SpaceLimits
 from nest.specs import JobSpec, ModelSpec
-from nest.tables import Scenario
+from planning_checks import assert_bounds_below_objective, assert_plans_are_optimal
 
 H100 = nest.load_device("h100-sxm")
 
 
 def _hierarchy_graph_cluster(name, devices):
     tiers = nest.load_cluster(name, devices=devices)
-    graph = T.from_hierarchy(tiers)
-    return tiers, T.graph_cluster(graph, tiers.device, name=f"{name}-graph", order=T.devices(graph))
+    graph = generators.from_hierarchy(tiers)
+    return tiers, graph_net.graph_cluster(graph, tiers.device, name=f"{name}-graph", order=routing.devices(graph))
 
 
 @pytest.mark.parametrize("name,devices,model,job", [
@@ -63,17 +64,17 @@ def test_graph_of_hierarchy_evaluates_like_the_tiers(config):
 
 
 def _oversubscribed_fat_tree():
-    return T.graph_cluster(T.fat_tree(8, bandwidth=50e9, latency=1e-6, oversubscription=(2, 4)), H100,
+    return graph_net.graph_cluster(generators.fat_tree(8, bandwidth=50e9, latency=1e-6, oversubscription=(2, 4)), H100,
                            name="fat-tree-4:1")
 
 
 def _rail():
-    return T.graph_cluster(T.rail_optimized(8, 8, spines=2, nvlink_bandwidth=450e9, nic_bandwidth=50e9),
+    return graph_net.graph_cluster(generators.rail_optimized(8, 8, spines=2, nvlink_bandwidth=450e9, nic_bandwidth=50e9),
                            H100, name="rail")
 
 
 def _torus():
-    return T.graph_cluster(T.torus((4, 4, 4), bandwidth=50e9, latency=1e-6), H100, name="torus")
+    return graph_net.graph_cluster(generators.torus((4, 4, 4), bandwidth=50e9, latency=1e-6), H100, name="torus")
 
 
 BOUND_CASES = [
@@ -98,9 +99,9 @@ EVERYTHING = SpaceLimits(sp=(False, True), zero=(0, 1, 2, 3), rank_order=RANK_OR
 
 def _slow_uplink_spine_leaf(memory_gib):
     """4 leaves x 4 devices, 2 spines, uplinks at a quarter of the device links."""
-    graph = T.spine_leaf(4, 4, 2, bandwidth=100e9, uplink_bandwidth=25e9, latency=2e-6)
+    graph = generators.spine_leaf(4, 4, 2, bandwidth=100e9, uplink_bandwidth=25e9, latency=2e-6)
     device = replace(nest.load_device("a100-80gb"), memory_bytes=memory_gib * 2**30)
-    return T.graph_cluster(graph, device, name="slow-uplinks")
+    return graph_net.graph_cluster(graph, device, name="slow-uplinks")
 
 
 @pytest.mark.parametrize("memory_gib", [80, 1.0, 0.8])
@@ -115,7 +116,7 @@ def _ecmp_reference(graph, flows):
     """Independent ECMP: every flow split evenly over networkx's all shortest paths
     (weight = cost), loads per directed link; (max load / capacity, max path latency)."""
     load, latency = {}, 0.0
-    devices = T.devices(graph)
+    devices = routing.devices(graph)
     for s, t, amount in flows:
         paths = list(nx.all_shortest_paths(graph, devices[s], devices[t], weight="cost"))
         for path in paths:
@@ -127,11 +128,11 @@ def _ecmp_reference(graph, flows):
 
 
 @pytest.mark.parametrize("make", [
-    lambda: T.fat_tree(4, bandwidth=10.0, latency=1.0, oversubscription=(1, 2)),
-    lambda: T.spine_leaf(3, 2, 3, bandwidth=10.0, uplink_bandwidth=4.0, latency=1.0),
-    lambda: T.rail_optimized(3, 4, spines=2, nvlink_bandwidth=90.0, nic_bandwidth=10.0),
-    lambda: T.dragonfly(4, 3, 2),
-    lambda: T.torus((3, 4), bandwidth=10.0, latency=1.0),
+    lambda: generators.fat_tree(4, bandwidth=10.0, latency=1.0, oversubscription=(1, 2)),
+    lambda: generators.spine_leaf(3, 2, 3, bandwidth=10.0, uplink_bandwidth=4.0, latency=1.0),
+    lambda: generators.rail_optimized(3, 4, spines=2, nvlink_bandwidth=90.0, nic_bandwidth=10.0),
+    lambda: generators.dragonfly(4, 3, 2),
+    lambda: generators.torus((3, 4), bandwidth=10.0, latency=1.0),
 ])
 def test_ecmp_pricing_equals_path_enumeration(make):
     """Pair DAGs, twin switches merged (fat-tree cores, spines): the same link loads and
@@ -139,20 +140,20 @@ def test_ecmp_pricing_equals_path_enumeration(make):
     graph = make()
     for u, v in graph.edges:  # costs become explicit weights for networkx
         graph.edges[u, v].setdefault("cost", 1)
-    n = len(T.devices(graph))
+    n = len(routing.devices(graph))
     rng = np.random.default_rng(3)
     for _ in range(4):
         src = rng.integers(0, n, 12)
         dst = rng.integers(0, n, 12)
         keep = src != dst
         pairs = np.stack([src[keep], dst[keep]], axis=1)
-        alpha, beta = T.point_to_point(graph, pairs)
+        alpha, beta = routing.point_to_point(graph, pairs)
         ratio, latency = _ecmp_reference(graph, [(s, t, 1.0) for s, t in pairs])
         assert math.isclose(beta, ratio, rel_tol=1e-12) and math.isclose(alpha, latency, rel_tol=1e-12)
 
 
 def test_twin_switches_are_merged():
-    comp = T._compile(T.fat_tree(8))
+    comp = routing.compile_graph(generators.fat_tree(8))
     # (k/2)^2 = 16 core switches form k/2 = 4 classes of twins: 4 representatives keep links
     cores = [i for i, r in enumerate(comp.routers) if str(r).startswith("core")]
     assert len(cores) == 16
@@ -161,16 +162,16 @@ def test_twin_switches_are_merged():
 
 
 def test_locality_order_and_levels():
-    fat = T.fat_tree(8)
-    assert T.locality_order(fat) == T.devices(fat)  # pods and edge switches contiguous
-    assert T.level_sizes(fat) == (4, 16, 128)
-    rail = T.rail_optimized(4, 8)
-    assert T.level_sizes(rail) == (8, 32)
+    fat = generators.fat_tree(8)
+    assert graph_net.locality_order(fat) == routing.devices(fat)  # pods and edge switches contiguous
+    assert graph_net.level_sizes(fat) == (4, 16, 128)
+    rail = generators.rail_optimized(4, 8)
+    assert graph_net.level_sizes(rail) == (8, 32)
     # devices numbered across nodes (d0 on node 0, d1 on node 1, ...): the order regroups them
     shuffled = nx.relabel_nodes(rail, {f"d{i}": f"g{(i % 8) * 4 + i // 8}" for i in range(32)})
     for i in range(32):
         shuffled.nodes[f"g{i}"]["index"] = i
-    order = T.locality_order(shuffled)
+    order = graph_net.locality_order(shuffled)
     hosts = [shuffled.nodes[d]["host"] for d in order]
     assert all(len(set(hosts[i:i + 8])) == 1 for i in range(0, 32, 8))
 
@@ -233,16 +234,15 @@ def test_expert_coordinates():
 
 def test_boundary_seconds_on_graph_equal_the_tiers():
     """Each pipeline boundary's transfer (what the simulator needs) prices like its tier."""
-    from nest.costs import LayerConfig
-    from nest.tables import Candidate
-
     tiers, graph = _hierarchy_graph_cluster("dgx-a100", 64)
     model, job = MODELS["gpt-1.7b"], JobSpec(512, 2048)
     for order in RANK_ORDERS:
-        cand = Candidate(LayerConfig(2, True, 1, "none", True, 1, 1), 4, 8, 1, 1, order)
         a, b = Scenario(model, tiers, job), Scenario(model, graph, job)
-        for k in range(4):
-            assert math.isclose(a.boundary_seconds(cand, k, 3e6), b.boundary_seconds(cand, k, 3e6), rel_tol=1e-9)
+        key = (2, 1, 8, 4, 1, order)
+        k, nbytes = np.arange(4), np.full(4, 3e6)
+        on_tiers = a.placer.boundary_seconds(a.placer.placement(*key), k, nbytes)
+        on_graph = b.placer.boundary_seconds(b.placer.placement(*key), k, nbytes)
+        np.testing.assert_allclose(on_graph, on_tiers, rtol=1e-9)
 
 
 @pytest.mark.parametrize("name", ["dgx-a100", "dgx-h100", "h100-spineleaf", "tpuv4-fattree"])
@@ -262,7 +262,7 @@ def test_leaf_spine_and_dragonfly_presets(name, devices):
     """The generator presets build connected graphs of the asked size and plan on them;
     a size they cannot build is a one-line SpecError."""
     cluster = nest.load_cluster(name, devices=devices)
-    assert cluster.is_graph and len(T.devices(cluster.graph)) == devices
+    assert cluster.is_graph and len(routing.devices(cluster.graph)) == devices
     plan = nest.plan("llama2-7b", cluster, JobSpec(global_batch=256, seq_len=2048))
     assert plan.devices_used <= devices and plan.memory_max_bytes <= cluster.device.memory_bytes
     with pytest.raises(nest.SpecError, match="multiple of 32"):

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-import nest.model as model_module
+import nest.cost.model as model_module
+from nest.cost.model import active_parameter_count, parameter_count
 from nest.errors import SpecError
-from nest.hf import SUPPORTED, approximations, model_from_hf_config, read_hf_config
-from nest.model import active_parameter_count, parameter_count
+from nest.inputs.hf import SUPPORTED, approximations, model_from_hf_config, read_hf_config
 from nest.presets.models import MODELS
 
 DATA = Path(__file__).parent / "data" / "hf"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import nest
-from nest.measured import instance_setup
+from nest.inputs.measured import instance_setup
 
 ARTIFACT = Path(__file__).resolve().parents[2] / "shared" / "data" / "nest-artifact"
 FILES = sorted(ARTIFACT.glob("*.json")) if ARTIFACT.is_dir() else []

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 import nest
-from nest.costs import LayerConfig
-from nest.dp_reference import stage_details
-from nest.planner import _problem
-from nest.tables import Candidate, Scenario
+from nest.cost.pricing import price_candidate
+from nest.cost.scenario import Scenario
+from nest.dp.reference import stage_details
+from nest.parallel import Candidate, LayerConfig
+from nest.search.problems import problem as dp_problem
 
 CASES = [  # model, devices, tp, pp, dp, vp
     ("llama2-13b", 16, 1, 4, 4, 10),
@@ -33,15 +34,15 @@ def _setup(model, devices, tp, pp, dp, vp):
 
 def _node_bytes(scn, cand):
     """Every node's parameter-state bytes on its rank (weights, gradients, optimizer)."""
-    sync, costs = scn.sync_terms(cand), scn.kind_costs(cand.cfg)
-    return np.array([np.ceil(sync.dense_bytes * costs[k].params_dense + sync.expert_bytes * costs[k].params_expert)
-                     for k in scn.kinds])
+    priced = price_candidate(scn, cand)
+    dense, expert = (priced.col(name)[0][scn.kind_index] for name in ("params_dense", "params_expert"))
+    return np.ceil(priced.sync["dense_bytes"][0] * dense + priced.sync["expert_bytes"][0] * expert)
 
 
 @pytest.mark.parametrize("model,devices,tp,pp,dp,vp", CASES)
 def test_charged_weights_bound_every_rank(model, devices, tp, pp, dp, vp):
     scn, cand = _setup(model, devices, tp, pp, dp, vp)
-    problem = _problem(scn, [cand], capacity=1e30)
+    problem = dp_problem(scn, [cand], capacity=1e30)
     nodes = _node_bytes(scn, cand)
     p_total = pp * vp
     rng = np.random.default_rng(0)
@@ -64,7 +65,7 @@ def test_charged_weights_bound_every_rank(model, devices, tp, pp, dp, vp):
 @pytest.mark.parametrize("model,devices,tp,pp,dp,vp", CASES)
 def test_embedding_and_output_layer_are_charged_once(model, devices, tp, pp, dp, vp):
     scn, cand = _setup(model, devices, tp, pp, dp, vp)
-    problem = _problem(scn, [cand], capacity=1e30)
+    problem = dp_problem(scn, [cand], capacity=1e30)
     nodes = _node_bytes(scn, cand)
     device = np.arange(pp * vp) % pp
     expected = np.where(device == 0, nodes[0], 0.0) + np.where(device == pp - 1, nodes[-1], 0.0)
@@ -75,7 +76,7 @@ def test_embedding_and_output_layer_are_charged_once(model, devices, tp, pp, dp,
 
 def test_without_interleaving_nothing_moves():
     scn, cand = _setup("llama2-13b", 16, 1, 4, 4, 1)
-    problem = _problem(scn, [cand], capacity=1e30)
+    problem = dp_problem(scn, [cand], capacity=1e30)
     assert not problem.pos_mem_fixed.any()
     np.testing.assert_array_equal(problem.mem_params[0], _node_bytes(scn, cand).astype(np.int64))
 

@@ -2,20 +2,24 @@
 order, and exactness of the search with all dimensions."""
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import nest
-from nest.compute import KernelModel
-from nest.costs import LayerConfig, NodeCostModel
-from nest.dp_reference import brute_force
-from nest.planner import _problem
+from nest.cost.compute import KernelModel
+from nest.cost.nodes import NodeCostModel
+from nest.cost.pricing import price_candidate
+from nest.cost.scenario import Scenario
+from nest.dp.reference import brute_force
+from nest.parallel import Candidate, LayerConfig, SpaceLimits
 from nest.presets.clusters import CLUSTERS
 from nest.presets.models import MODELS
-from nest.space import SpaceLimits, enumerate_partials, expand
+from nest.search.problems import problem as dp_problem
+from nest.search.space import enumerate_partials, expand
 from nest.specs import JobSpec, ModelSpec, OptimizerSpec, Tier
-from nest.tables import Candidate, Scenario
+from planning_checks import node_row
 
 ZERO_PAPER = OptimizerSpec(name="adam", grad_bytes=2, master_bytes=4, state_bytes=8)  # K = 12
 H100 = CLUSTERS["dgx-h100"].sized(64)
@@ -29,7 +33,7 @@ def test_zero_memory_matches_the_zero_paper(dp):
     k, nd = 12, dp
     expected = [2 + 2 + k, 2 + 2 + k / nd, 2 + (2 + k) / nd, (2 + 2 + k) / nd]
     for zero, value in enumerate(expected):
-        got = scn.sync_terms(Candidate(cfg, pp=1, dp=dp, zero=zero)).dense_bytes
+        got = price_candidate(scn, Candidate(cfg, pp=1, dp=dp, zero=zero)).sync["dense_bytes"][0]
         assert got == pytest.approx(value, rel=1e-15)
 
 
@@ -43,18 +47,18 @@ def test_expert_all_to_all_volume():
     """Dispatch + combine, forward and backward: 4 all-to-alls of tokens x top-k x hidden."""
     mixtral = MODELS["mixtral-8x7b"]
     b, s, tp, cp = 2, 4096, 2, 2
-    cost = _costs(mixtral, None).cost("moe", LayerConfig(tp, True, b, "none", cp=cp, ep=4))
+    cost = node_row(_costs(mixtral, None), "moe", LayerConfig(tp, True, b, "none", cp=cp, ep=4))
     tokens = b * s // cp // tp  # each rank routes its sequence-parallel share
-    assert cost.ep_ops == ((4, tokens * 2 * mixtral.hidden * 2),)
-    full = _costs(mixtral, None).cost("moe", LayerConfig(tp, True, b, "full", cp=cp, ep=4))
-    assert full.ep_ops[0][0] == 6  # the recomputed forward repeats dispatch and combine
-    assert _costs(mixtral, None).cost("moe", LayerConfig(tp, True, b, "none", cp=cp, ep=1)).ep_ops == ()
+    assert (cost.ep_count.tolist(), cost.ep_bytes.tolist()) == ([4], [tokens * 2 * mixtral.hidden * 2])
+    full = node_row(_costs(mixtral, None), "moe", LayerConfig(tp, True, b, "full", cp=cp, ep=4))
+    assert full.ep_count[0] == 6  # the recomputed forward repeats dispatch and combine
+    assert node_row(_costs(mixtral, None), "moe", LayerConfig(tp, True, b, "none", cp=cp, ep=1)).ep_count.tolist() == [0]
 
 
 def test_expert_parameters_split_over_ep():
     mixtral = MODELS["mixtral-8x7b"]
-    one = _costs(mixtral, None).cost("moe", LayerConfig(1, False, 1, "none", ep=1))
-    eight = _costs(mixtral, None).cost("moe", LayerConfig(1, False, 1, "none", ep=8))
+    one = node_row(_costs(mixtral, None), "moe", LayerConfig(1, False, 1, "none", ep=1))
+    eight = node_row(_costs(mixtral, None), "moe", LayerConfig(1, False, 1, "none", ep=8))
     assert one.params_expert == 8 * 3 * 4096 * 14336
     assert eight.params_expert == one.params_expert // 8
     assert eight.params_dense == one.params_dense
@@ -64,11 +68,11 @@ def test_context_parallel_ring_volume():
     """Ring attention: cp-1 steps of the local K and V chunk forward, K, V and grads back."""
     llama = MODELS["llama3-70b"]
     b, s, tp, cp = 1, 32768, 8, 4
-    cost = _costs(llama, None, seq_len=s).cost("block", LayerConfig(tp, True, b, "none", cp=cp))
+    cost = node_row(_costs(llama, None, seq_len=s), "block", LayerConfig(tp, True, b, "none", cp=cp))
     chunk = b * (s // cp) * 2 * llama.kv_hidden * 2 / tp  # K and V, bf16, this TP rank's heads
     assert cost.cp_fwd_bytes == chunk and cost.cp_bwd_bytes == 2 * chunk
     assert (cost.cp_steps_fwd, cost.cp_steps_bwd) == (cp - 1, cp - 1)
-    plain = _costs(llama, None, seq_len=s).cost("block", LayerConfig(tp, True, b, "none", cp=1))
+    plain = node_row(_costs(llama, None, seq_len=s), "block", LayerConfig(tp, True, b, "none", cp=1))
     assert cost.act_bytes == pytest.approx(plain.act_bytes / cp, rel=1e-6)
 
 
@@ -81,12 +85,14 @@ def test_zero3_gathers_weights_every_micro_batch(cluster_name, exposed):
     scn = Scenario(model, cluster, JobSpec(global_batch=64, seq_len=4096))
     cfg = LayerConfig(1, False, 1, "none")
     cand = Candidate(cfg, pp=1, dp=64, zero=3)
-    cost = scn.kind_costs(cfg)["block"]
-    group = scn.placement(cand).dense_dp
+    priced = price_candidate(scn, cand)
+    cost = SimpleNamespace(**{name: priced.col(name)[0, scn.kind_list.index("block")]
+                              for name in ("params_dense", "fwd_s", "bwd_s")})
+    group = priced.places[0].dense_dp
     gather = group.all_gather(2 * cost.params_dense)
     reduce = group.reduce_scatter(4 * cost.params_dense)
     expected = max(0.0, gather - cost.fwd_s) + max(0.0, gather + reduce - cost.bwd_s)
-    assert scn.kind_times(cand)["block"].dp_comm == pytest.approx(expected, rel=1e-12)
+    assert priced.times.dp[0, scn.kind_list.index("block")] == pytest.approx(expected, rel=1e-12)
     # NVLink + 25 GB/s per GPU hides a Llama-2-7B layer's traffic; a 12.5 GiB/s leaf does not
     assert (expected > 0) == exposed
     # the closed form of the volume: (n-1)/n of the weights per rank over the slowest link
@@ -101,9 +107,9 @@ def test_interleaved_in_flight_memory_and_bubble():
     cfg = LayerConfig(8, True, 1, "none")
     plain = Candidate(cfg, pp=4, dp=8)
     inter = Candidate(cfg, pp=4, dp=8, vp=3)
-    assert scn.inflight(plain).tolist() == [4, 3, 2, 1]
+    assert dp_problem(scn, [plain]).pos_inflight.tolist() == [4, 3, 2, 1]
     # Megatron's interleaved warm-up, (p - d - 1) * 2 + (v - 1) * p chunks, plus one
-    assert scn.inflight(inter).tolist()[:4] == [6 + 8 + 1, 4 + 8 + 1, 2 + 8 + 1, 0 + 8 + 1]
+    assert dp_problem(scn, [inter]).pos_inflight.tolist()[:4] == [6 + 8 + 1, 4 + 8 + 1, 2 + 8 + 1, 0 + 8 + 1]
     job = dict(tp=8, pp=4, dp=8, micro_batch=1, sp=True, zero=1)
     # on the stage DP's splits (no polishing), interleaving cuts the bubble
     one = nest.evaluate(model, cluster, scn.job, ranking="closed-form", **job)
@@ -135,7 +141,7 @@ def test_joint_plan_is_the_exhaustive_optimum(memory_gib):
     cands = expand(partials, np.arange(len(partials)), EVERYTHING)
     assert {c.cfg.ep for c in cands} == {1, 2, 4} and {c.cfg.cp for c in cands} == {1, 2}
     assert {c.vp for c in cands} >= {1, 2} and {c.zero for c in cands} == {0, 1, 2, 3}
-    problem = _problem(scn, cands)
+    problem = dp_problem(scn, cands)
     optimum = min(found[0] for n in range(len(cands)) if (found := brute_force(problem, n)))
     plan = nest.plan(TINY_MOE, cluster, job, ranking="closed-form")
     assert round(plan.closed_form_step_time_s * 1e12) == optimum
@@ -178,7 +184,7 @@ def test_rank_order_changes_the_answer_on_a_slow_upper_tier():
 
 
 def test_moe_parameter_counts():
-    from nest.model import active_parameter_count, parameter_count
+    from nest.cost.model import active_parameter_count, parameter_count
     for name in ("mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3"):
         m = MODELS[name]
         assert parameter_count(m) == pytest.approx(m.published_parameters, rel=0.02)

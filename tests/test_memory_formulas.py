@@ -1,15 +1,22 @@
-"""Megatron-LM's theoretical memory formulas (nest.memory_formulas) on a hand-computed
+"""Megatron-LM's theoretical memory formulas (nest.cost.memory_formulas) on a hand-computed
 example, and nest's first-stage memory against them."""
 
 import pytest
 
-from nest.costs import LayerConfig
-from nest.memory_formulas import (activation_bytes, layer_parameters, megatron_memory, padded_vocab,
-                                  weights_and_optimizer_bytes)
+from nest.cost.memory_formulas import (
+    activation_bytes,
+    layer_parameters,
+    megatron_memory,
+    padded_vocab,
+    weights_and_optimizer_bytes,
+)
+from nest.cost.pricing import price_candidate
+from nest.cost.scenario import Scenario
+from nest.parallel import Candidate, LayerConfig
 from nest.presets.clusters import CLUSTERS
 from nest.presets.models import MODELS
+from nest.search.problems import problem as dp_problem
 from nest.specs import JobSpec, ModelSpec
-from nest.tables import Candidate, Scenario
 
 # h = 1024, 4 layers, 16 heads, ffn 4096, vocabulary 1024, LayerNorm, GELU, tied
 SMALL = ModelSpec(name="small", num_layers=4, hidden=1024, num_heads=16, ffn_hidden=4096, vocab_size=1024,
@@ -67,10 +74,10 @@ def test_nest_first_stage_memory_within_10_percent_of_megatron(name, tp, pp, b, 
     scn = Scenario(model, cluster, JobSpec(batch, seq))
     cfg = LayerConfig(tp, sp and tp > 1, b, "selective" if sp and tp > 1 else "none", model.tied_embeddings and pp > 1)
     cand = Candidate(cfg, pp, dp, 1, 1)
-    costs, sync = scn.kind_costs(cfg), scn.sync_terms(cand)
-    first = scn.kinds[:1 + model.num_layers // pp]
-    weights = sum(costs[k].params_dense * sync.dense_bytes for k in first)
-    acts = float(scn.inflight(cand)[0]) * sum(costs[k].act_bytes for k in first)
+    priced = price_candidate(scn, cand)
+    first = scn.kind_index[:1 + model.num_layers // pp]
+    weights = sum(priced.col("params_dense")[0, k] * priced.sync["dense_bytes"][0] for k in first)
+    acts = float(dp_problem(scn, [cand]).pos_inflight[0]) * sum(priced.col("act_bytes")[0, k] for k in first)
     ref = megatron_memory(model, seq, b, tp, pp, dp, num_microbatches=batch // (dp * b),
                           sp_selective=cfg.sp)
     assert weights == pytest.approx(ref.weights_and_optimizer, rel=0.03)

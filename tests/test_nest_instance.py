@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from nest.errors import SpecError
-from nest.nest_instance import (ARTIFACT_SEQ_LEN, GLOBAL_BATCH_SEQUENCES, Baseline, NestInstance,
-                                load_instance)
+from nest.inputs.nest_instance import ARTIFACT_SEQ_LEN, GLOBAL_BATCH_SEQUENCES, Baseline, NestInstance, load_instance
 
 FOLDER = Path("/work/shared/data/nest-artifact")
 if not FOLDER.is_dir():  # the sibling checkout layout of DESIGN.md ("../shared/data/")

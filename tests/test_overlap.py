@@ -11,14 +11,18 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from planning_checks import assert_bounds_below_objective, assert_plans_are_optimal
 
 import nest
+from nest.cost.pricing import price_candidate, sync_exposed
+from nest.cost.scenario import Scenario
+from nest.network.placement import to_ps
+from nest.parallel import RANK_ORDERS, Candidate, SpaceLimits
+from nest.planner import simulate
 from nest.presets.models import MODELS
-from nest.simulate import simulate
-from nest.space import RANK_ORDERS, SpaceLimits
+from nest.schedule.tasks import BatchTasks
+from nest.search.problems import problem as dp_problem
 from nest.specs import OVERLAP_SWITCHES, JobSpec, ModelSpec
-from nest.tables import Scenario, sync_exposed, to_ps
+from planning_checks import assert_bounds_below_objective, assert_plans_are_optimal
 
 ALL_ON = dict.fromkeys(OVERLAP_SWITCHES, True)
 CONFIG = dict(tp=8, pp=4, dp=2, vp=1, micro_batch=1, sp=True, zero=1, recompute="selective")
@@ -30,9 +34,7 @@ def _scenario(**switches):
 
 
 def _candidate(scn):
-    from nest.simulate import candidate_of
-
-    return candidate_of(scn, {**CONFIG, "rank_order": "tp-cp-ep-dp-pp"})
+    return Candidate.of_parallelism({**CONFIG, "rank_order": "tp-cp-ep-dp-pp"}, scn.model.tied_embeddings)
 
 
 def test_switches_default_off_and_reject_non_booleans():
@@ -60,24 +62,26 @@ def test_tp_overlap_exposes_one_chunk_or_the_excess_over_compute():
     off, _ = _scenario()
     on, _ = _scenario(tp_comm_overlap=True)
     cand = _candidate(off)
-    costs = off.kind_costs(cand.cfg)
-    for kind, times in on.kind_times(cand).items():
-        tp = off.kind_times(cand)[kind].tp_comm
-        assert times.tp_comm == max(tp / 8, tp - costs[kind].compute_s)
-        assert times.tp_comm < tp or tp == 0
-        assert times.compute == off.kind_times(cand)[kind].compute
+    before, after = price_candidate(off, cand), price_candidate(on, cand)
+    for k, kind in enumerate(off.kind_list):
+        tp = before.times.tp[0, k]
+        assert after.times.tp[0, k] == max(tp / 8, tp - before.col("compute_s")[0, k]), kind
+        assert after.times.tp[0, k] < tp or tp == 0
+        assert after.times.compute[0, k] == before.times.compute[0, k]
 
 
-def test_dp_tables_equal_their_scalar_twin():
-    """The DP's per-node sync weights (columnar) equal the scalar node_sync_seconds plus
-    the optimizer, for every switch combination and ZeRO stage."""
+def test_dp_sync_weights_equal_the_schedules_end_tasks():
+    """The DP's per-node sync weights equal the exposed reduction, gather and optimizer
+    step the schedule's end-of-step tasks charge the node, for every switch combination
+    and ZeRO stage."""
     for switches in ({}, {"overlap_grad_reduce": True}, {"overlap_param_gather": True}, ALL_ON):
         for zero in (0, 1, 2, 3):
             scn, _ = _scenario(**switches)
             cand = replace(_candidate(scn), zero=zero)
-            params = scn.rows([cand])["params"][0]
+            params = dp_problem(scn, [cand]).params[0]
+            tasks = BatchTasks.of_candidate(scn, cand)
             for i in range(scn.num_nodes):
-                reduce, gather, optimizer = scn.node_sync_seconds(cand, i, i + 1)
+                reduce, gather, optimizer = tasks.sync[0, scn.kind_index[i]]
                 assert abs(int(params[i]) - int(to_ps(reduce + gather + optimizer))) <= 1, (switches, zero, i)
 
 

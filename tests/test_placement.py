@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 import nest
-from nest import topology as T
+from nest.network import graph as graph_net
+from nest.network import routing
 from nest.specs import JobSpec
 
 JOB = JobSpec(256, 2048)
@@ -44,10 +45,10 @@ def round_robin_nodes(nodes: int = 2, gpus: int = 8, nvlink: float = 300e9, nic:
 
 def _clusters():
     g = round_robin_nodes()
-    shuffled = list(np.random.default_rng(0).permutation(T.devices(g)))
-    return (T.graph_cluster(g, DEVICE, name="nest"),
-            {"node-id order": T.graph_cluster(g, DEVICE, name="blind", order=T.devices(g)),
-             "shuffled": T.graph_cluster(g, DEVICE, name="shuffled", order=shuffled)})
+    shuffled = list(np.random.default_rng(0).permutation(routing.devices(g)))
+    return (graph_net.graph_cluster(g, DEVICE, name="nest"),
+            {"node-id order": graph_net.graph_cluster(g, DEVICE, name="blind", order=routing.devices(g)),
+             "shuffled": graph_net.graph_cluster(g, DEVICE, name="shuffled", order=shuffled)})
 
 
 def test_locality_order_groups_each_node():

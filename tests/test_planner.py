@@ -1,12 +1,12 @@
 """End-to-end planning: exactness against brute force, evaluate round trips, engines agree."""
 
 import pytest
-from planning_checks import assert_plans_are_optimal
 
 import nest
+from nest.parallel import SpaceLimits
 from nest.presets.clusters import CLUSTERS
-from nest.space import SpaceLimits
 from nest.specs import JobSpec, ModelSpec
+from planning_checks import assert_plans_are_optimal
 
 TINY = ModelSpec(name="tiny", num_layers=4, hidden=1024, num_heads=16, ffn_hidden=4096,
                  vocab_size=32000, seq_len=1024)
@@ -99,7 +99,7 @@ def test_json_document_keys():
     assert set(doc["job"]) >= {"global_batch", "seq_len", "dtype"}
     assert set(doc["cluster"]) >= {"name", "devices", "device"}
     assert doc["runtime"]["engine"] == "cpp" and doc["runtime"]["threads"] >= 1
-    assert doc["runtime"]["openmp"] == nest.engine.has_openmp()
+    assert doc["runtime"]["openmp"] == nest.dp.engine.has_openmp()
     layers = [name for stage in doc["stages"] for name in stage["layers"]]
     assert layers == ["embedding"] + [f"block.{i}" for i in range(24)] + ["head"]
     assert doc["throughput_tokens_per_s"] == pytest.approx(256 * 512 / doc["step_time_s"])

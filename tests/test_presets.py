@@ -4,8 +4,8 @@ import math
 
 import pytest
 
+from nest.cost.model import parameter_count
 from nest.errors import SpecError
-from nest.model import parameter_count
 from nest.presets.clusters import CLUSTERS
 from nest.presets.devices import DEVICES
 from nest.presets.models import MODELS

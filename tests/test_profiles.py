@@ -1,4 +1,4 @@
-"""Measured layer profiles (nest.profiles): formats, node costs, validation."""
+"""Measured layer profiles (nest.inputs.profiles): formats, node costs, validation."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nest.errors import SpecError
-from nest.profiles import MeasuredProfile, load_profile, profile_from_dict
+from nest.inputs.profiles import MeasuredProfile, load_profile, profile_from_dict
 
 DATA = Path(__file__).parent / "data" / "profiles"
 

@@ -1,7 +1,7 @@
 """Property-based tests (hypothesis) for the stage DP, the planner and spec validation.
 
 * The C++ DP at 1, 2 and 4 threads, the Python reference DP and brute force over every
-  split agree on random :class:`~nest.dp_problem.DPProblem` instances, ties included.
+  split agree on random :class:`~nest.dp.problem.DPProblem` instances, ties included.
 * A plan returned for a small random model and job on a preset cluster fits in memory
   (every stage), uses at most the cluster's devices, covers the layer graph in order,
   and ``nest.evaluate`` of its own configuration and split reproduces its step time
@@ -24,9 +24,10 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 import nest
-from nest import dp_reference, engine
-from nest.dp_problem import CHUNK, INFEASIBLE, PRUNED, SOLVED, DPProblem
-from nest.model import chain_names
+from nest.cost.model import chain_names
+from nest.dp import engine as engine
+from nest.dp import reference as dp_reference
+from nest.dp.problem import CHUNK, INFEASIBLE, PRUNED, SOLVED, DPProblem
 from nest.presets.clusters import CLUSTERS
 from nest.specs import DeviceSpec, JobSpec, ModelSpec, Tier
 

@@ -10,9 +10,12 @@ import pytest
 
 import nest
 from nest import _core
-from nest.schedule import candidate_step_s, candidate_timing, step_timing
-from nest.simulate import EndTask, StageTasks, candidate_of, simulate, simulate_schedule
-from nest.tables import Scenario
+from nest.cost.scenario import Scenario
+from nest.parallel import Candidate
+from nest.planner import simulate
+from nest.schedule.simulate import simulate_schedule
+from nest.schedule.step import candidate_step_s, candidate_timing, step_timing
+from nest.schedule.tasks import EndTask, StageTasks
 
 
 def _random_pipeline(rng: random.Random):
@@ -120,7 +123,7 @@ def test_breakdown_follows_the_schedule(kwargs):
     assert sum(b.values()) == pytest.approx(plan.step_time_s, rel=1e-12)
     scn = Scenario(nest.load_model("llama2-7b"), cluster,
                    nest.JobSpec(global_batch=plan.job["global_batch"], seq_len=plan.job["seq_len"]))
-    cand = candidate_of(scn, plan.parallelism)
+    cand = Candidate.of_parallelism(plan.parallelism, scn.model.tied_embeddings)
     timing = candidate_timing(scn, cand, [len(s.layers) for s in plan.stages])
     assert timing.step_s == plan.step_time_s
     busiest = max(range(cand.pp), key=timing.work_s)
@@ -152,10 +155,11 @@ def test_schedule_ranking_is_the_exhaustive_optimum():
     without pruning and its DP split timed exactly; the fastest is nest's plan. It is not
     the closed form's optimum (PP 2 VP 2 instead of PP 1: the closed form over-prices the
     interleaved chunks by 5.7%)."""
-    from nest import engine
-    from nest.dp_problem import SOLVED
-    from nest.planner import _problem
-    from nest.space import SpaceLimits, enumerate_partials, expand
+    from nest.dp import engine as engine
+    from nest.dp.problem import SOLVED
+    from nest.parallel import SpaceLimits
+    from nest.search.problems import problem as dp_problem
+    from nest.search.space import enumerate_partials, expand
 
     cluster = nest.load_cluster("h100-spineleaf", devices=64)
     model = nest.load_model("bert-large")
@@ -163,7 +167,7 @@ def test_schedule_ranking_is_the_exhaustive_optimum():
     scn = Scenario(model, cluster, job)
     partials = enumerate_partials(model, cluster, job, scn.num_nodes, SpaceLimits())
     cands = expand(partials, np.arange(len(partials)), SpaceLimits())
-    problem = _problem(scn, cands)
+    problem = dp_problem(scn, cands)
     problem = type(problem)(**{**problem.__dict__, "cand_lower_bound": np.zeros(len(cands), dtype=np.int64)})
     result = engine.solve(problem, "cpp")
     solved = np.flatnonzero(result.status == SOLVED)
@@ -185,7 +189,7 @@ def test_candidate_step_equals_the_timing():
     plan = nest.evaluate("llama2-7b", cluster, tp=2, pp=4, dp=8, vp=2, micro_batch=1, sp=True, zero=1)
     scn = Scenario(nest.load_model("llama2-7b"), cluster,
                    nest.JobSpec(global_batch=plan.job["global_batch"], seq_len=plan.job["seq_len"]))
-    cand = candidate_of(scn, plan.parallelism)
+    cand = Candidate.of_parallelism(plan.parallelism, scn.model.tied_embeddings)
     layers = [len(s.layers) for s in plan.stages]
     assert candidate_step_s(scn, cand, layers) == candidate_timing(scn, cand, layers).step_s == plan.step_time_s
 
@@ -217,8 +221,9 @@ def test_polished_split_is_a_local_optimum():
     (the first and last ranks also sync the embedding and the output layer, and finish
     their pipeline work early). The polished split fits, no single boundary move makes it
     faster, and nest plan returns it."""
-    from nest.dp_reference import stage_details
-    from nest.planner import _problem, polish_split
+    from nest.dp.reference import stage_details
+    from nest.search.problems import problem as dp_problem
+    from nest.search.search import polish_split
 
     cluster = nest.load_cluster("h100-spineleaf", devices=256)
     kwargs = dict(tp=1, pp=4, dp=64, micro_batch=2, zero=1)
@@ -229,8 +234,8 @@ def test_polished_split_is_a_local_optimum():
     assert polished.step_time_s < 0.97 * dp_split.step_time_s
     assert nest.plan("bert-large", cluster).step_time_s <= polished.step_time_s
     scn = Scenario(nest.load_model("bert-large"), cluster, nest.JobSpec(global_batch=256, seq_len=512))
-    cand = candidate_of(scn, polished.parallelism)
-    problem = _problem(scn, [cand])
+    cand = Candidate.of_parallelism(polished.parallelism, scn.model.tied_embeddings)
+    problem = dp_problem(scn, [cand])
     ends = [5, 13, 21, 26]
     assert polish_split(scn, cand, problem, 0, ends) == ends
     for k in range(3):

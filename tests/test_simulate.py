@@ -5,12 +5,15 @@ import random
 import pytest
 
 import nest
-from nest.baselines import manual_config
+from nest.cost.scenario import Scenario
+from nest.parallel import Candidate
+from nest.planner import simulate
 from nest.presets.models import MODELS
-from nest.simulate import (StageTasks, candidate_of, interleaved_order, one_f_one_b_order,
-                           render_simulation, simulate, simulate_candidate, simulate_schedule,
-                           timeline_png)
-from nest.tables import Scenario
+from nest.report.text import render_simulation
+from nest.report.timeline import timeline_png
+from nest.schedule.simulate import interleaved_order, one_f_one_b_order, simulate_candidate, simulate_schedule
+from nest.schedule.tasks import EndTask, StageTasks
+from nest.studies.baselines import manual_config
 
 
 def _ops(result, device):
@@ -85,8 +88,6 @@ def test_interleaved_by_hand():
 
 
 def test_recompute_runs_before_backward_and_end_tasks_follow():
-    from nest.simulate import EndTask
-
     stages = [StageTasks(1, 2, recompute_s=0.5), StageTasks(1, 2, recompute_s=0.5)]
     ends = [[EndTask("all-reduce", 1.0, True), EndTask("optimizer", 0.25, False)]] * 2
     r = simulate_schedule(stages, pp=2, micro_batches=1, end_tasks=ends)
@@ -98,8 +99,6 @@ def test_recompute_runs_before_backward_and_end_tasks_follow():
 
 
 def test_barrier_before_the_optimizer():
-    from nest.simulate import EndTask
-
     stages = [StageTasks(1, 1), StageTasks(1, 1)]
     ends = [[EndTask("reduce-scatter", 3.0, True), EndTask("barrier", 0.0, False),
              EndTask("optimizer", 1.0, False), EndTask("all-gather", 0.5, True)],
@@ -165,7 +164,7 @@ def test_1f1b_closed_form_is_not_a_bound_for_odd_splits():
 
 
 def _interleaved(stages, pp, m):
-    """nest's interleaved closed form (nest.pipeline) of these virtual stages."""
+    """nest's interleaved closed form (nest.schedule.pipeline) of these virtual stages."""
     vp = len(stages) // pp
     head, last = max(s.time_s for s in stages[:-1]), stages[-1].time_s
     return m * ((vp - 1) * head + max(head, last)) + (pp - 1) * head
@@ -243,7 +242,7 @@ def _sim_checks(plan, model, cluster, job=None):
 
 
 def _closed_form_exact(plan, closed) -> None:
-    """Interleaved: the padded pipeline (nest.simulate.pad_to_closed_form) takes the
+    """Interleaved: the padded pipeline (nest.schedule.simulate.pad_to_closed_form) takes the
     closed form exactly. 1F1B: the closed form (m - 1) max T + sum T is exact when the
     slowest stage is the last one."""
     times = [s.time_s for s in plan.stages]
@@ -352,7 +351,7 @@ def test_simulate_rebuilds_preset_specs_and_candidate():
     assert r.step_time_s <= plan.closed_form_step_time_s * (1 + 1e-9)
     scn = Scenario(nest.load_model("bert-large"), nest.load_cluster("h100-spineleaf", devices=128),
                    nest.JobSpec(global_batch=256, seq_len=512))
-    cand = candidate_of(scn, plan.parallelism)
+    cand = Candidate.of_parallelism(plan.parallelism, scn.model.tied_embeddings)
     assert (cand.pp, cand.dp, cand.zero) == (plan.parallelism["pp"], plan.parallelism["dp"],
                                              plan.parallelism["zero"])
     with pytest.raises(ValueError):

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 import nest
-from nest.sweep import (Progress, expand_grid, read_journal, run_scenario, run_sweep,
-                        scenario_id, sweep_plot)
+from nest.studies.sweep import Progress, expand_grid, read_journal, run_scenario, run_sweep, scenario_id, sweep_plot
 
 DATA = Path(__file__).parent / "data" / "sweeps"
 SMALL = DATA / "small.yaml"
@@ -175,7 +174,7 @@ def test_bad_output_paths_and_options():
 def test_a_killed_sweep_resumes_with_every_scenario_exactly_once(tmp_path):
     out = tmp_path / "r.jsonl"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    command = [sys.executable, "-m", "nest.sweep", str(KILL), str(out), "--quiet", "--workers", "2"]
+    command = [sys.executable, "-m", "nest", "sweep", str(KILL), "--out", str(out), "--quiet", "--workers", "2"]
     process = subprocess.Popen(command, env=env, start_new_session=True,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -249,3 +248,15 @@ def test_plot_metrics(tmp_path):
     for y in (None, "throughput", "mfu"):
         path = sweep_plot(rows, str(tmp_path / f"{y}.png"), y=y)
         assert Path(path).stat().st_size > 0
+
+
+def test_a_job_without_a_batch_is_an_invalid_row_not_a_batch_of_one(tmp_path):
+    """A model with no published batch and a job that names none: the scenario is invalid,
+    with the reason (earlier versions silently planned a global batch of 1)."""
+    model = tmp_path / "m.yaml"
+    model.write_text("base: gpt-1.7b\nname: no-batch\ndefault_global_batch: 0\n")
+    grid = {"models": [str(model)], "clusters": [{"cluster": "dgx-a100", "devices": 8}], "jobs": [{"seq_len": 1024}]}
+    (scenario,) = expand_grid(grid)
+    row = run_scenario(scenario)
+    assert row["status"] == "invalid"
+    assert row["reason"].startswith("job.global_batch: model no-batch has no default global batch; pass one")

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nest.memory_formulas import padded_vocab
+from nest.cost.memory_formulas import padded_vocab
 from nest.presets.clusters import CLUSTERS
 from nest.presets.devices import DEVICES
 from nest.presets.models import MODELS

@@ -19,7 +19,7 @@ embedding on the first and the output layer on the last stage), on its cluster w
 
 Device memory only decides feasibility and is set to "unlimited" for timing (all these
 runs fit on their GPUs); memory is compared separately against Megatron-LM's
-theoretical formulas (:mod:`nest.memory_formulas`) for the same layouts.
+theoretical formulas (:mod:`nest.cost.memory_formulas`) for the same layouts.
 """
 
 from __future__ import annotations
@@ -33,16 +33,16 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import nest  # noqa: E402
-from nest.costs import LayerConfig  # noqa: E402
-from nest.memory_formulas import megatron_memory, relative_error  # noqa: E402
-from nest.network import NCCL_EFFICIENCY, RAW_EFFICIENCY, calibrated_cluster  # noqa: E402
-from nest.simulate import simulate  # noqa: E402
-from nest.specs import JobSpec, OptimizerSpec  # noqa: E402
-from nest.planner import _problem  # noqa: E402
-from nest.tables import Candidate, Scenario  # noqa: E402
-
 from points import POINTS, SOURCES, Point, cluster_of  # noqa: E402
+
+import nest  # noqa: E402
+from nest.cost.memory_formulas import megatron_memory, relative_error  # noqa: E402
+from nest.cost.scenario import Scenario  # noqa: E402
+from nest.network.tiers import NCCL_EFFICIENCY, RAW_EFFICIENCY, calibrated_cluster  # noqa: E402
+from nest.parallel import Candidate, LayerConfig  # noqa: E402
+from nest.planner import simulate  # noqa: E402
+from nest.search.problems import problem as dp_problem  # noqa: E402
+from nest.specs import JobSpec, OptimizerSpec  # noqa: E402
 
 UNLIMITED = 1e15
 """Device memory for timing runs (bytes): these configurations ran, so they fit."""
@@ -166,7 +166,7 @@ def nest_first_stage_memory(point: Point, sp: bool, recompute: str) -> tuple[flo
     scn = Scenario(point.model, cluster, job_of(point))
     cfg = LayerConfig(point.tp, sp, point.mbs, recompute, point.model.tied_embeddings and point.pp > 1,
                       point.cp)
-    problem = _problem(scn, [Candidate(cfg, point.pp, point.dp, point.vp, point.zero)])
+    problem = dp_problem(scn, [Candidate(cfg, point.pp, point.dp, point.vp, point.zero)])
     first = megatron_split(point.model.num_layers, point.pp, point.vp)[0]
     weights = (float(problem.pos_mem_fixed[0])
                + float(problem.cand_mem_per_param[0]) * float(problem.mem_params[0, :first].sum()))

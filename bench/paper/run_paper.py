@@ -2,7 +2,7 @@
 
 Five models (bert-large, llama2-7b, llama3-70b, mixtral-8x7b, gpt3-175b) on the paper's
 two networks (tpuv4-fattree, h100-spineleaf) at 64 to 1024 devices, every strategy of
-:mod:`nest.baselines` (manual, topology-blind, mcmc, nest), each at the model's published
+:mod:`nest.studies.baselines` (manual, topology-blind, mcmc, nest), each at the model's published
 global batch and sequence length. Writes ``results.md`` (tables), ``results.json`` (every
 row) and ``compare.png`` (normalized throughput, needs matplotlib) into ``--out``, and
 prints the total wall time.
@@ -20,8 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-from nest.baselines import STRATEGIES
-from nest.compare import compare, compare_document, compare_plot
+from nest.studies.baselines import STRATEGIES
+from nest.studies.compare import compare, compare_document, compare_plot
 
 MODELS = ("bert-large", "llama2-7b", "llama3-70b", "mixtral-8x7b", "gpt3-175b")
 CLUSTERS = ("tpuv4-fattree", "h100-spineleaf")

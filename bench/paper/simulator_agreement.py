@@ -3,7 +3,7 @@
 For every preset model on several clusters and device counts it takes nest's plan
 (by default restricted to plans without overlap assumptions: ZeRO-0/1, no context
 parallelism; ``--all`` lifts the restriction), simulates one step with
-:func:`nest.simulate.simulate` and reports ``(nest - simulated) / simulated`` for nest's
+:func:`nest.simulate` and reports ``(nest - simulated) / simulated`` for nest's
 step time (the exact schedule of :mod:`nest.schedule`) and for the closed form, and
 the same for the simulation of the pipeline the closed form assumes (interleaved: the
 chunks before the last as slow as the slowest of them, ``v x`` the heaviest chunk
@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 import nest
+from nest.planner import simulate
 from nest.presets.models import MODELS
-from nest.simulate import simulate
 
 
 def main(argv=None) -> int:

@@ -8,8 +8,8 @@ the full experiment is ``python bench/paper/run_paper.py``.
 import pytest
 
 import nest
-from nest.compare import compare
-from nest.simulate import simulate
+from nest.planner import simulate
+from nest.studies.compare import compare
 
 PAPER_BUDGET = 1000
 

@@ -130,7 +130,7 @@ py::array_t<double> pipeline_finish(int64_t pp, int64_t vp, int64_t micro_batche
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
-    m.doc() = "nest's compiled stage DP (private; use nest.engine).";
+    m.doc() = "nest's compiled stage DP and pipeline schedule (private; use nest.dp.engine).";
     m.def("solve", &solve, py::arg("time_ps"), py::arg("params"), py::arg("mem_params"), py::arg("act_bytes"), py::arg("send_ps"),
           py::arg("cand_config"), py::arg("cand_scale"), py::arg("cand_offset"), py::arg("cand_head_scale"), py::arg("cand_mem_fixed"), py::arg("cand_mem_per_param"),
           py::arg("cand_g0"), py::arg("cand_g1"), py::arg("cand_lower_bound"), py::arg("pos_offset"),

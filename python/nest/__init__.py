@@ -8,10 +8,10 @@ Python API::
 """
 
 from .errors import InfeasibleError, SpecError
-from .loading import load_cluster, load_device, load_model
-from .planner import evaluate, plan
+from .inputs.loading import load_cluster, load_device, load_model
+from .parallel import SpaceLimits
+from .planner import evaluate, plan, simulate
 from .result import Plan, Stage
-from .space import SpaceLimits
 from .specs import ClusterSpec, DeviceSpec, JobSpec, ModelSpec, OptimizerSpec, Tier
 
 __version__ = "0.1.0"
@@ -19,5 +19,5 @@ __version__ = "0.1.0"
 __all__ = [
     "ClusterSpec", "DeviceSpec", "InfeasibleError", "JobSpec", "ModelSpec", "OptimizerSpec",
     "Plan", "SpaceLimits", "SpecError", "Stage", "Tier", "evaluate", "load_cluster",
-    "load_device", "load_model", "plan",
+    "load_device", "load_model", "plan", "simulate",
 ]

@@ -12,7 +12,8 @@ import sys
 from dataclasses import replace
 
 from .errors import InfeasibleError, SpecError
-from .layout import DEFAULT_ORDER
+from .parallel import DEFAULT_ORDER, RECOMPUTE_MODES, SpaceLimits
+from .units import GiB
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
 
@@ -102,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--mbs", type=_positive_int, help="micro-batch size")
     evaluate.add_argument("--baseline", help="with --nest-instance: cost one of the instance's "
                           "baselines (Manual, Phaze, MCMC)")
-    evaluate.add_argument("--recompute", default="none", choices=("none", "selective", "full"))
+    evaluate.add_argument("--recompute", default="none", choices=RECOMPUTE_MODES)
     evaluate.add_argument("--sp", action=argparse.BooleanOptionalAction, default=False,
                           help="Megatron sequence parallelism")
     evaluate.add_argument("--distributed-optimizer", action=argparse.BooleanOptionalAction,
@@ -147,11 +148,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _scenario(args) -> dict:
     """Keyword arguments of plan/evaluate: model, cluster, job, and source/limits if measured."""
-    from .loading import load_cluster, load_model
-    from .specs import OVERLAP_SWITCHES, JobSpec, OptimizerSpec
+    from .inputs.coerce import job_spec
+    from .inputs.loading import load_cluster, load_model
+    from .specs import OVERLAP_SWITCHES
 
     if args.nest_instance:
-        from .measured import instance_setup
+        from .inputs.measured import instance_setup
 
         if args.model or args.cluster or args.profile:
             raise SpecError("nest_instance: the instance brings its own model, cluster and job; "
@@ -169,13 +171,13 @@ def _scenario(args) -> dict:
         if cluster.is_graph:
             raise SpecError(f"network = nccl: cluster {cluster.name} is a graph; its links are priced as "
                             "the graph gives them (put measured rates in the graph file)")
-        from .network import calibrated_cluster
+        from .network.tiers import calibrated_cluster
 
         cluster = calibrated_cluster(cluster)
     source = limits = None
     if args.profile:
-        from .measured import MeasuredSource
-        from .profiles import load_profile
+        from .inputs.measured import MeasuredSource
+        from .inputs.profiles import load_profile
 
         source = MeasuredSource(load_profile(args.profile))
         model = load_model(args.model) if args.model else source.model(source.profile.name)
@@ -184,21 +186,17 @@ def _scenario(args) -> dict:
         model = load_model(args.model)
     else:
         raise SpecError("model: missing; pass --model (or --profile / --nest-instance)")
-    batch = args.global_batch or model.default_global_batch
-    if not batch:
-        raise SpecError(f"global_batch: model {model.name} has no default; pass --global-batch")
-    job = JobSpec(global_batch=batch, seq_len=args.seq_len or model.seq_len, dtype=args.dtype,
-                  optimizer=OptimizerSpec.named(args.optimizer),
-                  flash_attention=not args.no_flash_attention,
-                  **{name: getattr(args, name) for name in OVERLAP_SWITCHES})
+    job = job_spec(model, global_batch=args.global_batch, seq_len=args.seq_len, dtype=args.dtype,
+                   optimizer=args.optimizer, flash_attention=not args.no_flash_attention,
+                   **{name: getattr(args, name) for name in OVERLAP_SWITCHES})
     return {"model": model, "cluster": cluster, "job": job, "source": source, "limits": limits}
 
 
 def _print_plan(plan, args) -> None:
-    from .report import render
+    from .report.text import render
 
     if args.emit:
-        from .export import emit
+        from .report.export import emit
 
         print(emit(plan.to_dict(), args.emit))
     elif args.json:
@@ -209,7 +207,7 @@ def _print_plan(plan, args) -> None:
 
 def _run(args) -> int:
     if args.command == "models":
-        from .model import parameter_count
+        from .cost.model import parameter_count
         from .presets.models import MODELS
 
         rows = [{"name": m.name, "parameters": parameter_count(m), "layers": m.num_layers,
@@ -233,7 +231,7 @@ def _run(args) -> int:
                              for t in CLUSTERS.values()],
                 "graph_clusters": [{"name": t.name, "device": t.device.name, "default_devices": t.default_devices,
                                     "network": t.description} for t in GRAPH_CLUSTERS.values()],
-                "devices": [{"name": d.name, "memory_GiB": d.memory_bytes / 2**30,
+                "devices": [{"name": d.name, "memory_GiB": d.memory_bytes / GiB,
                              "peak_TFLOPS_bf16": d.peak_flops_bf16 / 1e12,
                              "hbm_bandwidth_GBps": d.hbm_bandwidth / 1e9} for d in DEVICES.values()]}
         if args.json:
@@ -252,7 +250,7 @@ def _run(args) -> int:
         return EXIT_OK
 
     if args.command == "sweep":
-        from .sweep import run_sweep
+        from .studies.sweep import run_sweep
 
         summary = run_sweep(args.grid, args.out, scheduler=args.scheduler, dask_local=args.dask_local,
                             quiet=args.quiet, plot=args.plot, workers=args.workers)
@@ -260,7 +258,6 @@ def _run(args) -> int:
         return EXIT_OK
 
     from .planner import evaluate, plan
-    from .space import SpaceLimits
 
     scenario = _scenario(args)
     setup = scenario.pop("setup", None)
@@ -297,7 +294,9 @@ def _run(args) -> int:
 
 
 def _simulate(args, result, scenario) -> int:
-    from .simulate import render_simulation, simulate, timeline_png
+    from .planner import simulate
+    from .report.text import render_simulation
+    from .report.timeline import timeline_png
 
     sim = simulate(result, scenario["model"], scenario["cluster"], scenario["job"],
                    source=scenario["source"])
@@ -315,15 +314,15 @@ def _simulate(args, result, scenario) -> int:
 
 
 def _compare(args, scenario, limits) -> int:
-    from .compare import compare, compare_json, compare_plot, render_compare
+    from .studies.compare import compare, compare_json, compare_plot, render_compare
 
     if args.emit:
         raise SpecError("emit: not available for compare")
     strategies = tuple(s.strip() for s in args.strategies.split(",") if s.strip())
     cluster = args.cluster if not args.nest_instance else scenario["cluster"]
     if args.network == "nccl":  # every device count priced as NCCL measures it
-        from .loading import load_cluster
-        from .network import calibrated_cluster
+        from .inputs.loading import load_cluster
+        from .network.tiers import calibrated_cluster
 
         cluster = lambda n, name=args.cluster: calibrated_cluster(load_cluster(name, n))  # noqa: E731
     rows = compare(scenario["model"], cluster,

@@ -3,9 +3,9 @@
 Besides the keys of DESIGN.md section 5, the document has
 
 ``closed_form_step_time_s``
-    the DP's objective for the plan's split (the closed form of :mod:`nest.pipeline`,
+    the DP's objective for the plan's split (the closed form of :mod:`nest.schedule.pipeline`,
     an upper bound of the schedule); ``step_time_s`` is the exact time of the split's
-    schedule (:mod:`nest.schedule`) and every rate (throughput, MFU) and the breakdown
+    schedule (:mod:`nest.schedule.step`) and every rate (throughput, MFU) and the breakdown
     follow it.
 
 ``stages[].devices``
@@ -28,13 +28,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import engine as engines
-from . import pipeline, schedule
-from .dp_problem import DPProblem, sync_time
-from .dp_reference import stage_details
-from .layout import RankPlacement, rank_placement
+from .cost.pricing import KindTimes
+from .cost.scenario import Scenario
+from .dp import engine as engines
+from .dp.problem import DPProblem, sync_time
+from .dp.reference import stage_details
+from .network.layout import Layout, RankPlacement, rank_placement
+from .parallel import Candidate
+from .schedule import pipeline
+from .schedule.step import StepTiming, batch_timing
+from .schedule.tasks import BatchTasks
 from .specs import OVERLAP_SWITCHES
-from .tables import PS, Candidate, Scenario
+from .units import PS
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,7 @@ class Plan:
 
     parallelism: dict
     stages: tuple[Stage, ...]
-    step_time_s: float  # the exact time of the plan's schedule (nest.schedule)
+    step_time_s: float  # the exact time of the plan's schedule (nest.schedule.step)
     throughput_tokens_per_s: float
     mfu: float
     devices_used: int
@@ -78,7 +83,7 @@ class Plan:
     runtime: dict  # engine, OpenMP availability, threads of the C++ DP
     # where every rank runs (arrays; the module docstring's ``placement`` in to_dict)
     placement: RankPlacement | None = field(default=None, compare=False, repr=False)
-    # the DP's objective for this split: the closed form of nest.pipeline (>= step_time_s
+    # the DP's objective for this split: the closed form of nest.schedule.pipeline (>= step_time_s
     # for the stage shapes nest builds)
     closed_form_step_time_s: float | None = None
 
@@ -113,7 +118,7 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
                solve_time: float, evaluated: int, engine: str, candidates_total: int,
                threads: int | None = None) -> Plan:
     """Assemble the plan of ``cand`` (row ``local`` of ``problem``) split at ``ends``."""
-    cfg, pp, dp, v = cand.cfg, cand.pp, cand.dp, cand.vp
+    cfg, pp, dp = cand.cfg, cand.pp, cand.dp
     micro_batches = scn.micro_batches(cand)
     details = stage_details(problem, local, ends)
     w_max = max(d["params"] for d in details)
@@ -121,14 +126,12 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
     pipeline_ps = pipeline.pipeline_ps(problem.cand_scale[local], problem.cand_head_scale[local],
                                        problem.cand_offset[local], [d["time_ps"] for d in details])
     closed_form = (pipeline_ps + sync_ps) / PS
-    timing = schedule.candidate_timing(scn, cand, [d["end"] - d["start"] for d in details],
-                                       "python" if engine == "python" else "cpp")
+    tasks = BatchTasks.of_candidate(scn, cand)
+    timing = batch_timing(tasks, 0, [d["end"] - d["start"] for d in details], "python" if engine == "python" else "cpp")
     step = timing.step_s
-    breakdown = _breakdown(scn, cand, timing, [(d["start"], d["end"]) for d in details])
+    breakdown = _breakdown(scn, tasks.priced.times, pp, timing, [(d["start"], d["end"]) for d in details])
 
-    costs = scn.kind_costs(cfg)
-    kinds = scn.kinds
-    layout = scn.layout(cand)
+    layout = Layout.of(cand)
     stage_of = layout.coordinates()["pp"]
     where = rank_placement(scn.cluster, layout, cfg.ep)
     names = scn.source.names
@@ -141,14 +144,11 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
         for k, d in enumerate(details))
 
     used = cand.devices
-    flops = sum(costs[kind].model_flops for kind in kinds) * cfg.tp * cfg.cp * dp * micro_batches
-    parameters = scn.source.parameters
+    arrays = tasks.priced.table.arrays
+    per_kind = {kind: float(scn.source.model_flops(kind, arrays)[0]) for kind in scn.kind_list}
+    flops = sum(per_kind[kind] for kind in scn.kinds) * cfg.tp * cfg.cp * dp * micro_batches
     return Plan(
-        parallelism={"tp": cfg.tp, "pp": pp, "dp": dp, "cp": cfg.cp, "ep": cfg.ep, "sp": cfg.sp,
-                     "vp": v, "zero": cand.zero, "distributed_optimizer": cand.zero >= 1,
-                     "recompute": cfg.recompute, "micro_batch": cfg.micro_batch,
-                     "num_microbatches": micro_batches, "rank_order": cand.order,
-                     "expert_tp": 1, "expert_dp": cfg.tp * cfg.cp * dp // cfg.ep},
+        parallelism=cand.parallelism(micro_batches),
         stages=stages,
         step_time_s=step,
         closed_form_step_time_s=closed_form,
@@ -161,7 +161,7 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
         solve_time_s=solve_time,
         candidates_evaluated=evaluated,
         candidates_total=candidates_total,
-        model={"name": scn.model.name, "parameters": parameters,
+        model={"name": scn.model.name, "parameters": scn.source.parameters,
                "active_parameters": scn.source.active_parameters, "layers": scn.model.num_layers},
         job={"global_batch": scn.job.global_batch, "seq_len": scn.job.seq_len, "dtype": scn.job.dtype,
              **{name: getattr(scn.job, name) for name in OVERLAP_SWITCHES if getattr(scn.job, name)}},
@@ -176,29 +176,35 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
     )
 
 
-def _breakdown(scn: Scenario, cand: Candidate, timing: schedule.StepTiming,
-               chunks: list[tuple[int, int]]) -> dict:
+CAUSES = ("compute", "tp", "cp", "ep", "dp")
+"""The :class:`~nest.cost.pricing.KindTimes` causes a breakdown sums (as ``<cause>_comm``
+but compute)."""
+
+
+def _breakdown(scn: Scenario, times: KindTimes, pp: int, timing: StepTiming, chunks: list[tuple[int, int]]) -> dict:
     """Where the step's time goes, seen from the busiest pipeline rank: its ``m`` passes
     over its own chunks by cause, its idle time until the pipeline ends (bubble), then the
     part of the end-of-step sync and optimizer that outlasts the pipeline (on the rank that
     finishes last; the rest of the sync hides behind other ranks' drain)."""
-    times, kinds, pp = scn.kind_times(cand), scn.kinds, cand.pp
+    kinds = scn.kind_index
     busiest = max(range(pp), key=timing.work_s)
     mine = [q for q in range(len(chunks)) if q % pp == busiest]
     m = timing.micro_batches
-    causes = {c: m * sum(getattr(times[kinds[i]], c) for q in mine for i in range(*chunks[q]))
-              for c in ("compute", "tp_comm", "cp_comm", "ep_comm", "dp_comm")}
+    causes = {}
+    for cause in CAUSES:
+        per_kind = getattr(times, cause)[0].tolist()
+        causes[cause] = m * sum(per_kind[kinds[i]] for q in mine for i in range(*chunks[q]))
     sends = m * sum(timing.stages[q].send_forward_s + timing.stages[q].send_backward_s for q in mine)
     last = max(range(pp), key=timing.rank_end_s)
     optimizer = sum(task.seconds for task, _ in timing.end_runs[last] if task.kind == "optimizer")
     tail = timing.step_s - timing.pipeline_s
     breakdown = {
         "compute": causes["compute"],
-        "tp_comm": causes["tp_comm"],
-        "cp_comm": causes["cp_comm"],
-        "ep_comm": causes["ep_comm"],
+        "tp_comm": causes["tp"],
+        "cp_comm": causes["cp"],
+        "ep_comm": causes["ep"],
         "pp_comm": sends,
-        "dp_comm": causes["dp_comm"] + tail - optimizer,
+        "dp_comm": causes["dp"] + tail - optimizer,
         "optimizer": optimizer,
         "bubble": max(0.0, timing.pipeline_s - timing.work_s(busiest)),
     }

@@ -2,7 +2,7 @@
 
 SI units everywhere (seconds, bytes, FLOP/s, bytes/s). File formats that use other
 units carry them in the key name (``bandwidth_GBps``) and are converted on load
-(:mod:`nest.loading`).
+(:mod:`nest.inputs.loading`).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field, fields
 
 from .errors import SpecError, reject_unknown_keys, require, short_repr
+from .units import GiB
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
@@ -237,8 +238,8 @@ class ClusterSpec:
     """Identical devices on a hierarchical network (tiers innermost first), or on an
     arbitrary network given as a graph.
 
-    With ``graph`` (a networkx graph, see :mod:`nest.topology`; build it with
-    :func:`nest.topology.graph_cluster`) every collective and transfer is priced on the
+    With ``graph`` (a networkx graph, see :mod:`nest.network.graph`; build it with
+    :func:`nest.network.graph.graph_cluster`) every collective and transfer is priced on the
     graph and rank ``r`` runs on device ``device_order[r]`` (device node ids); the tiers
     then describe the levels of that order (they size the search space and the
     reports). Graph and order are left out of equality, hashing and repr (graphs are
@@ -270,7 +271,7 @@ class ClusterSpec:
 
     @property
     def is_graph(self) -> bool:
-        """Whether the network is a graph (prices from :mod:`nest.topology`)."""
+        """Whether the network is a graph (prices from :mod:`nest.network.graph`)."""
         return self.graph is not None
 
     @property
@@ -328,7 +329,7 @@ class JobSpec:
     dtype: str = "bf16"
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
     flash_attention: bool = True
-    reserved_memory_bytes: float = 2 * 2**30  # CUDA context, NCCL buffers, allocator slack
+    reserved_memory_bytes: float = 2 * GiB  # CUDA context, NCCL buffers, allocator slack
     # Let dp x micro_batch not divide the global batch: every replica then runs
     # ceil(global_batch / (dp x micro_batch)) micro-batches (the NEST artifact's baselines
     # use such degrees). Off: a batch that does not divide is a SpecError.

@@ -14,8 +14,7 @@
 Latencies of the DGX presets are per-hop software+switch latencies typical of NCCL
 (a few microseconds); they are assumptions, not datasheet values.
 
-Graph presets (networkx graphs from :mod:`nest.topology`, priced link by link; they
-need scipy, ``nest-planner[graphs]``):
+Graph presets (networkx graphs from :mod:`nest.network.generators`, priced link by link):
 
 * ``h100-fattree``: H100 SXM GPUs, one NDR 400 Gb/s NIC each (50 GB/s per direction),
   in a k-ary fat tree (Al-Fares et al. 2008), non-blocking, 1 us per link; ``N`` devices
@@ -35,7 +34,8 @@ from dataclasses import dataclass, replace
 
 from ..errors import SpecError
 from ..specs import ClusterSpec, DeviceSpec, Tier
-from .devices import DEVICES, GB, GiB
+from ..units import GB, GiB
+from .devices import DEVICES
 
 
 @dataclass(frozen=True)
@@ -109,14 +109,14 @@ class GraphTemplate:
 
     name: str
     device: DeviceSpec
-    build: object  # devices -> networkx graph (nest.topology generators)
+    build: object  # devices -> networkx graph (nest.network.generators)
     default_devices: int
     source: str
     description: str
 
     def sized(self, devices: int | None = None) -> ClusterSpec:
         """The cluster on a graph of exactly ``devices`` devices (SpecError if none)."""
-        from ..topology import graph_cluster
+        from ..network.graph import graph_cluster
 
         n = self.default_devices if devices is None else devices
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
@@ -151,14 +151,14 @@ def torus_dims(devices: int) -> tuple[int, int, int]:
 
 
 def _fat_tree(devices: int):
-    from ..topology import fat_tree
+    from ..network.generators import fat_tree
 
     k, pods = fat_tree_shape(devices)
     return fat_tree(k, bandwidth=50 * GB, latency=1e-6, pods=pods)
 
 
 def _rail(devices: int):
-    from ..topology import rail_optimized
+    from ..network.generators import rail_optimized
 
     if devices % 8:
         raise SpecError(f"devices = {devices}: dgx-h100-rail needs a multiple of 8 (GPUs per node)")
@@ -167,13 +167,13 @@ def _rail(devices: int):
 
 
 def _torus(devices: int):
-    from ..topology import torus
+    from ..network.generators import torus
 
     return torus(torus_dims(devices), bandwidth=50 * GB, latency=1e-6)
 
 
 def _leaf_spine(devices: int):
-    from ..topology import spine_leaf
+    from ..network.generators import spine_leaf
 
     if devices % 32:
         raise SpecError(f"devices = {devices}: h100-leafspine needs a multiple of 32 (devices per leaf)")
@@ -181,7 +181,7 @@ def _leaf_spine(devices: int):
 
 
 def _dragonfly(devices: int):
-    from ..topology import dragonfly
+    from ..network.generators import dragonfly
 
     per_group = 8 * 4  # 8 routers x 4 hosts
     if devices % per_group or devices // per_group < 2:
@@ -192,7 +192,7 @@ def _dragonfly(devices: int):
 
 def _hierarchy(name: str):
     def build(devices: int):
-        from ..topology import from_hierarchy
+        from ..network.generators import from_hierarchy
 
         return from_hierarchy(CLUSTERS[name].sized(devices))
     return build

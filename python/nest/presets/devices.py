@@ -5,7 +5,7 @@ for that part (A100 and TPU HBM are binary GiB; H100/H200/B200/MI300X are quoted
 GB = 1e9 bytes).
 
 The efficiency fields are measurements, not datasheet numbers (the curves that use them
-are in :mod:`nest.efficiency`):
+are in :mod:`nest.cost.efficiency`):
 
 * ``gemm_efficiency``: the maximum achievable BF16 matmul FLOPS as a fraction of the
   datasheet peak (MAMF, brute-force shape search; S. Bekman, *Machine Learning
@@ -26,9 +26,8 @@ are in :mod:`nest.efficiency`):
 from __future__ import annotations
 
 from ..specs import DeviceSpec
+from ..units import GB, GiB
 
-GB = 1e9
-GiB = 2**30
 TFLOPS = 1e12
 
 # Measured fractions of the datasheet peak (see the module docstring for the sources).

@@ -1,0 +1,352 @@
+"""Per-node costs of one micro-batch on one device, for many layer configurations at once.
+
+The node cost model is columnar: :meth:`NodeCostModel.table` prices one node kind under
+every configuration of a :class:`~nest.parallel.ConfigArrays` with numpy, one column per
+:data:`COST_FIELDS` entry; one configuration is a one-row table. It separates what a node
+computes (kernel times, fixed by the layer configuration) from what it communicates
+(collective *volumes*): the network prices the volumes later, per candidate, on the groups
+the rank order gives them (:mod:`nest.cost.pricing`).
+
+FLOPs follow Narayanan et al. 2021 (a block's forward is ``2 * tokens * weights`` for
+its GEMMs plus ``4 b s^2 h`` for attention scores and values; backward is twice the
+forward). Activation memory follows Korthikanti et al. 2022, section 4, generalised to
+grouped-query and latent attention, SwiGLU, dropout-free models, experts and context
+parallelism:
+
+* inside the tensor-parallel region (divided by ``tp``): Q, K, V, the projection input,
+  the MLP intermediates and the attention core (``5 a s^2 b`` without fused attention;
+  its log-sum-exp with it);
+* outside it (divided by ``tp`` only with sequence parallelism): the two norm inputs,
+  the QKV and fc1 inputs and the dropout masks (``10 s b h`` for GPT);
+* everything is divided by the context-parallel degree (each rank keeps ``s / cp``).
+
+With GPT's shapes this gives exactly ``s b h (34 + 5 a s / h)`` without parallelism,
+``s b h (10 + 24/t + 5 a s / (h t))`` with tensor parallelism and ``s b h / t
+(34 + 5 a s / h)`` with sequence parallelism. Selective recomputation drops the
+attention core; full recomputation keeps only the block input.
+
+Experts (expert TP = 1): with sequence parallelism each rank routes its own ``b s / (cp
+tp)`` tokens to ``top-k`` experts; dispatch and combine are all-to-alls of ``tokens x k x
+hidden`` over the expert-parallel group, forward and backward (and again in a full
+recomputation). The capacity factor pads expert GEMMs to capacity (dropless: 1).
+
+Kernel times come from :class:`nest.cost.compute.KernelModel` (the efficiency curves of
+:mod:`nest.cost.efficiency`): with FP8 the linear layers' GEMMs run in FP8 and quantize
+their inputs, while attention, the output layer and MoE routers stay in 16 bits (``bmm``).
+
+Context parallelism (ring attention): each rank passes its K/V chunk around the ring,
+``cp - 1`` steps forward; backward passes K/V and their gradients. The transfers overlap
+with the attention core; only the excess is exposed.
+
+Integer quantities (bytes, token counts, ring steps) are int64 columns and are priced
+exactly while every product stays below 2^62; :func:`check_priceable` rejects jobs whose
+largest configuration would not (a SpecError naming the job, instead of wrapped integers).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import SpecError
+from ..parallel import RECOMPUTE_MODES, ConfigArrays
+from ..specs import JobSpec, ModelSpec
+from .compute import KernelModel
+from .model import BLOCK, EMBEDDING, MOE, AttentionShape, attention_shape, node_params
+
+COST_FIELDS = ("fwd_s", "bwd_s", "recompute_s", "compute_s", "core_fwd_s", "core_bwd_s",
+               "cp_fwd_bytes", "cp_bwd_bytes", "cp_steps_fwd", "cp_steps_bwd", "params_dense",
+               "params_expert", "act_bytes", "out_bytes", "transient_bytes")
+"""One column per configuration: what the planner reads of a node.
+
+``fwd_s``, ``bwd_s``, ``recompute_s`` (``compute_s`` their sum): kernel seconds of one
+micro-batch; ``core_*_s``: the attention core, which ring-attention transfers hide
+behind; ``cp_*_bytes``: bytes per ring step (K and V forward; K, V and their gradients
+backward) and ``cp_steps_*`` the ring steps (a full recomputation repeats the forward's);
+``params_*``: parameters held per device (dense and routed-expert); ``act_bytes``: bytes
+kept per micro-batch from forward to backward; ``out_bytes``: the node's output (what a
+pipeline boundary sends); ``transient_bytes``: the largest buffer a recomputing node
+needs while it runs."""
+
+OP_FIELDS = ("tp_count", "tp_bytes", "ep_count", "ep_bytes")
+"""``[configuration, slot]`` columns: the ``(count, bytes)`` of the node's tensor-parallel
+all-reduce equivalents (all-gather + reduce-scatter pairs with sequence parallelism cost
+the same) and of its expert-parallel all-to-alls (bytes each rank sends), in order,
+padded with count 0 and bytes 0 (no operation)."""
+
+INT_FIELDS = ("cp_steps_fwd", "cp_steps_bwd", "params_dense", "params_expert", "act_bytes", "out_bytes",
+              "transient_bytes")
+"""The :data:`COST_FIELDS` that are int64 columns (the others are float64)."""
+
+_INT64_SAFE = 2**62
+
+
+def cost_columns(size: int, values: dict) -> dict[str, np.ndarray]:
+    """``values`` (scalars or columns, every :data:`COST_FIELDS` and :data:`OP_FIELDS`
+    entry, the latter ``[configuration, slot]``) as contiguous columns of ``size`` rows
+    with the dtypes the planner expects."""
+    column = lambda value, dtype=np.float64: np.ascontiguousarray(  # noqa: E731
+        np.broadcast_to(np.asarray(value), (size,)), dtype=dtype)
+    out = {name: column(values[name], np.int64 if name in INT_FIELDS else np.float64) for name in COST_FIELDS}
+    for name in OP_FIELDS:
+        slots = np.asarray(values[name], dtype=np.float64)
+        out[name] = np.ascontiguousarray(np.broadcast_to(slots.reshape(-1, slots.shape[-1]) if slots.ndim > 1
+                                                         else slots[None, :], (size, slots.shape[-1])))
+    return out
+
+
+def check_priceable(model: ModelSpec, job: JobSpec, e: int, max_micro_batch: int) -> None:
+    """SpecError unless every integer column of the cost model stays exact in int64 for
+    micro-batches up to ``max_micro_batch``: every product below 2^62. All are largest at
+    ``cp = tp = 1``; beyond them (sequences of tens of millions of tokens, or unfused
+    attention over millions) the job is too large to price in integer bytes."""
+    m, s, b = model, job.seq_len, max_micro_batch
+    a = attention_shape(model)
+    n = b * s
+    ffn = max(m.ffn_hidden, m.moe_ffn_hidden * m.num_shared_experts)
+    products = [m.num_heads * s * s * b * (2 * e + 1), 2 * b * s * s * (a.q_width + a.o_width),
+                e * s * b * (a.q_width + a.k_width + a.v_width + a.o_width + 3 * ffn + 3 * m.ffn_hidden),
+                4 * n * m.vocab_size, 8 * n * m.hidden * e]
+    if max(products) >= _INT64_SAFE:
+        raise SpecError(f"job = {job.global_batch} x {job.seq_len} tokens of {model.name}: too large to price "
+                        f"in int64 bytes (micro-batch {b}: a node holds about {max(products):.3g} bytes)")
+
+
+def _where(cond, a, b):
+    return np.where(cond, a, b)
+
+
+class NodeCostModel:
+    """Prices the node kinds of a transformer (embedding, block, moe, head)."""
+
+    def __init__(self, model: ModelSpec, job: JobSpec, kernels: KernelModel):
+        self.model = model
+        self.job = job
+        self.k = kernels
+        # Activations (and what is communicated) stay in 16 bits even when GEMMs run in fp8.
+        self.e = 4 if job.dtype == "fp32" else 2
+        self.attn: AttentionShape = attention_shape(model)
+
+    def table(self, kind: str, c: ConfigArrays) -> dict[str, np.ndarray]:
+        """Columns :data:`COST_FIELDS` and :data:`OP_FIELDS` of ``kind`` for every
+        configuration in ``c``."""
+        if len(c):
+            check_priceable(self.model, self.job, self.e, int(c.micro_batch.max()))
+        if kind == EMBEDDING:
+            out = self._embedding(c)
+        elif kind in (BLOCK, MOE):
+            out = self._block(c, kind == MOE)
+        else:
+            out = self._head(c)
+        keys = np.stack([c.tp, c.tied_copy.astype(np.int64), c.ep], axis=1)
+        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+        params = [node_params(self.model, kind, int(tp), bool(tied), int(ep)) for tp, tied, ep in unique]
+        out["params_dense"] = np.array([p[0] for p in params], dtype=np.int64)[inverse.ravel()]
+        out["params_expert"] = np.array([p[1] for p in params], dtype=np.int64)[inverse.ravel()]
+        out["compute_s"] = out["fwd_s"] + out["bwd_s"] + out["recompute_s"]
+        return cost_columns(len(c), out)
+
+    def model_flops(self, kind: str, c: ConfigArrays) -> np.ndarray:
+        """Forward + backward model FLOPs of one micro-batch of ``kind`` on one device
+        (recomputation not counted; for MFU). Counted in exact integers (object columns):
+        the products exceed 2^53."""
+        m, t = self.model, c.tp.astype(object)
+        n = (c.micro_batch.astype(object) * self.job.seq_len) // c.cp.astype(object)
+        h, up = m.hidden, (2 if m.mlp == "swiglu" else 1)
+        if kind == EMBEDDING:
+            return np.zeros(len(c))
+        if kind in (BLOCK, MOE):
+            a, s, b = self.attn, self.job.seq_len, c.micro_batch.astype(object)
+            flops = 2 * n * a.projection_params + 2 * b * (s // c.cp.astype(object)) * s * (a.q_width + a.o_width)
+            if kind == MOE:
+                flops = flops + (2 * n * m.experts_per_token * (up + 1) * h * m.moe_ffn_hidden
+                                 + 2 * n * h * m.num_experts)
+                if m.num_shared_experts:
+                    flops = flops + 2 * n * (up + 1) * h * (m.num_shared_experts * m.moe_ffn_hidden)
+            else:
+                flops = flops + 2 * n * (up + 1) * h * m.ffn_hidden
+        else:
+            flops = 2 * n * h * m.vocab_size
+            if m.encoder_head:
+                flops = flops + 2 * n * h * h
+        return np.array([3 * f / tp for f, tp in zip(flops.tolist(), t.tolist())], dtype=np.float64)
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _tokens(self, c):
+        """Tokens of one micro-batch held by one context-parallel rank."""
+        return c.micro_batch * self.job.seq_len // c.cp
+
+    def _replicated(self, c):
+        """Divisor of tensors outside the tensor-parallel region."""
+        return _where(c.sp, c.tp, 1)
+
+    def _hidden_bytes(self, c):
+        return self._tokens(c) * self.model.hidden * self.e
+
+    # -- blocks ------------------------------------------------------------------------
+
+    def _attention(self, c):
+        """(GEMM, element-wise, core forward, core backward) times of attention."""
+        m, k, e, a, h = self.model, self.k, self.e, self.attn, self.model.hidden
+        n, s, b, t, cp = self._tokens(c), self.job.seq_len, c.micro_batch, c.tp, c.cp
+        if m.kv_lora_rank:  # latent attention: one GEMM with the same FLOPs
+            gemm = k.gemm(n, a.projection_params / h / t, h)
+        else:
+            gemm = k.gemm(n, (a.q_width + a.k_width + a.v_width) / t, h) + k.gemm(n, h, a.q_width / t)
+        # scores (q x k) and values, each rank's s/cp queries against all s keys; with
+        # grouped keys and values every query head still computes its own products
+        core_flops = 2 * b * (s // cp) * s * (a.q_width + a.o_width)
+        norm_residual = (2 + 3) * n * h * e / self._replicated(c)  # norm (r+w), residual + dropout
+        if self.job.flash_attention:
+            causal = 0.5 if m.causal else 1.0
+            core = k.attention(core_flops * causal / t)
+            core_bwd = k.attention_backward(core_flops * causal / t)
+            elementwise = k.stream(norm_residual, kernels=3)
+        else:
+            heads = m.num_heads // t
+            s_q = s // cp
+            # one strided-batched launch per matmul over micro-batch x heads
+            core = k.bmm(s_q, s, a.score_dim, b * heads) + k.bmm(s_q, a.o_width / m.num_heads, s, b * heads)
+            core_bwd = 2.0 * core
+            scores = b * heads * s_q * s * e
+            elementwise = k.stream(norm_residual + 3 * 2 * scores, kernels=6)
+        return gemm, elementwise, core, core_bwd
+
+    def _mlp(self, ffn, tokens, split):
+        """(GEMM, element-wise) times of an MLP of width ``ffn`` split ``split`` ways."""
+        m, k, e = self.model, self.k, self.e
+        up = 2 if m.mlp == "swiglu" else 1
+        gemm = k.gemm(tokens, up * ffn / split, m.hidden) + k.gemm(tokens, m.hidden, ffn / split)
+        act = (3 if m.mlp == "swiglu" else 2) * tokens * ffn * e / split
+        return gemm, k.stream(act, kernels=1)
+
+    def _moe(self, c):
+        """(GEMM, element-wise, tokens routed by this rank) of a MoE layer."""
+        m, k, e, t = self.model, self.k, self.e, c.tp
+        n = self._tokens(c)
+        local = _where(c.sp, n / t, n)  # tokens this rank routes (sequence-parallel share)
+        routed = local * m.experts_per_token
+        padded = routed * max(1.0, m.capacity_factor)
+        experts_here = m.num_experts / c.ep
+        gemm, _ = self._mlp(m.moe_ffn_hidden, padded / experts_here, 1)
+        gemm = gemm * experts_here
+        elementwise = k.stream(3 * padded * m.moe_ffn_hidden * e, kernels=experts_here.astype(np.int64))
+        gemm = gemm + k.bmm(local, m.num_experts, m.hidden, 1)  # router (16-bit, never FP8)
+        elementwise = elementwise + k.stream(4 * routed * m.hidden * e, kernels=4)  # permute / unpermute
+        if m.num_shared_experts:
+            g, el = self._mlp(m.num_shared_experts * m.moe_ffn_hidden, n, t)
+            gemm, elementwise = gemm + g, elementwise + el
+        return gemm, elementwise, routed
+
+    def _block_activations(self, c, moe):
+        """(kept without recompute, attention core part, block input) in bytes."""
+        m, e, t, a = self.model, self.e, c.tp, self.attn
+        s, b, h = self.job.seq_len // c.cp, c.micro_batch, m.hidden
+        sbh = s * b * h
+        rep = self._replicated(c)
+        dropout_masks = 2 * sbh if m.dropout else 0  # one byte per element, two masks
+        outside = 4 * sbh * e + dropout_masks  # two norm inputs, the QKV and fc1 inputs
+        inside = e * s * b * (a.q_width + a.k_width + a.v_width) + e * s * b * a.o_width
+        scores = m.num_heads * s * self.job.seq_len * b
+        if self.job.flash_attention:
+            core = 4 * m.num_heads * s * b  # fp32 log-sum-exp; the output is the projection input
+        elif m.dropout:
+            core = (2 * e + 1) * scores  # softmax output, dropout mask, dropout output
+        else:
+            core = e * scores
+        widths = 3 if m.mlp == "swiglu" else 2
+        expert = 0
+        if moe:
+            tokens = s * b / _where(c.sp, t, 1) * m.experts_per_token * max(1.0, m.capacity_factor)
+            expert = (tokens * (2 * h + widths * m.moe_ffn_hidden) * e).astype(np.int64)  # in, intermediates, out
+            inside = inside + widths * s * b * m.num_shared_experts * m.moe_ffn_hidden * e
+        else:
+            inside = inside + widths * s * b * m.ffn_hidden * e
+        full = outside // rep + (inside + core) // t + expert
+        return full, core // t, e * sbh // rep
+
+    def _block(self, c, moe):
+        gemm, elementwise, core, core_bwd = self._attention(c)
+        tp_fwd = 1  # after attention
+        routed = 0.0
+        if moe:
+            g, el, routed = self._moe(c)
+            tp_fwd += 1 if self.model.num_shared_experts else 0
+        else:
+            g, el = self._mlp(self.model.ffn_hidden, self._tokens(c), c.tp)
+            tp_fwd += 1
+        hidden_bytes = self._hidden_bytes(c)
+        el = el + self.k.stream(5 * hidden_bytes / self._replicated(c), kernels=3)  # norm, residual
+        gemm, elementwise = gemm + g, elementwise + el
+        fwd = gemm + elementwise + core
+        bwd = 2 * gemm + 2 * elementwise + core_bwd
+        full_bytes, core_bytes, block_input = self._block_activations(c, moe)
+        full = c.recompute == RECOMPUTE_MODES.index("full")
+        selective = c.recompute == RECOMPUTE_MODES.index("selective")
+        passes = _where(full, 3, 2)  # a full recomputation repeats the forward's collectives
+        has_tp, has_ep = c.tp > 1, (c.ep > 1) & moe
+        kv = self.job.seq_len // c.cp * c.micro_batch * (self.attn.k_width + self.attn.v_width)
+        kv = kv * self.e / c.tp
+        steps = c.cp - 1
+        return {
+            "fwd_s": fwd, "bwd_s": bwd, "recompute_s": _where(full, fwd, _where(selective, core, 0.0)),
+            "core_fwd_s": core, "core_bwd_s": core_bwd,
+            "tp_count": np.stack(np.broadcast_arrays(_where(has_tp, tp_fwd * passes, 0), 0.0), axis=-1),
+            "tp_bytes": np.stack(np.broadcast_arrays(_where(has_tp, hidden_bytes, 0), 0.0), axis=-1),
+            "cp_fwd_bytes": kv, "cp_bwd_bytes": 2 * kv, "cp_steps_fwd": steps * _where(full, 2, 1),
+            "cp_steps_bwd": steps,
+            "ep_count": _where(has_ep, 2 * passes, 0)[..., None],
+            "ep_bytes": np.asarray(_where(has_ep, routed * self.model.hidden * self.e, 0.0))[..., None],
+            "act_bytes": _where(full, block_input, _where(selective, full_bytes - core_bytes, full_bytes)),
+            "out_bytes": hidden_bytes // self._replicated(c),
+            "transient_bytes": _where(c.recompute != RECOMPUTE_MODES.index("none"), full_bytes, 0),
+        }
+
+    # -- embedding and head ------------------------------------------------------------
+
+    def _embedding(self, c):
+        m, n, e = self.model, self._tokens(c), self.e
+        rep = self._replicated(c)
+        lookups = 1 + (m.position_embedding == "learned") + (m.type_vocab_size > 0)
+        fwd = self.k.stream((lookups + 1) * n * m.hidden * e / rep, kernels=lookups + 1)
+        bwd = self.k.stream(2 * lookups * n * m.hidden * e / rep, kernels=lookups)
+        # Vocabulary-parallel lookup ends in an all-reduce (a reduce-scatter with SP, whose
+        # backward all-gather makes one all-reduce equivalent in total).
+        has_tp = c.tp > 1
+        tp_ops = {"tp_count": _where(has_tp, 1.0, 0.0)[..., None],
+                  "tp_bytes": np.asarray(_where(has_tp, self._hidden_bytes(c), 0))[..., None]}
+        return _no_comm(fwd, bwd, _where(c.recompute == RECOMPUTE_MODES.index("full"), fwd, 0.0),
+                        (n * m.hidden if m.dropout else 0) // rep, self._hidden_bytes(c) // rep, 0, tp_ops)
+
+    def _head(self, c):
+        m, k, e, t = self.model, self.k, self.e, c.tp
+        n, h, v = self._tokens(c), m.hidden, m.vocab_size
+        rep = self._replicated(c)
+        # the output layer is a plain 16-bit GEMM (Megatron keeps it out of FP8)
+        gemm = k.bmm(n, v / t, h, 1)
+        acts = 2 * n * h * e // rep  # final norm input, logits-GEMM input
+        if m.encoder_head:
+            gemm = gemm + k.bmm(n, h, h, 1)
+            acts = acts + n * h * e  # masked-LM transform output
+        logits = 4 * n * v // t  # fp32 logits kept for the cross-entropy backward
+        fwd = gemm + k.stream(2 * 2 * n * h * e / rep + 3 * logits, kernels=4)
+        bwd = 2 * gemm + k.stream(2 * 2 * n * h * e / rep + 2 * logits, kernels=3)
+        # SP all-gathers the sequence before the logits GEMM (reduce-scatter back);
+        # otherwise the column-parallel input gradient is all-reduced. Vocabulary-
+        # parallel cross-entropy adds three small fp32 all-reduces of n values.
+        has_tp = t > 1
+        tp_ops = {"tp_count": np.stack(np.broadcast_arrays(_where(has_tp, 1.0, 0.0), _where(has_tp, 3.0, 0.0)), -1),
+                  "tp_bytes": np.stack(np.broadcast_arrays(_where(has_tp, self._hidden_bytes(c), 0),
+                                                           _where(has_tp, 4.0 * n, 0.0)), -1)}
+        return _no_comm(fwd, bwd, _where(c.recompute == RECOMPUTE_MODES.index("full"), fwd, 0.0), acts + logits,
+                        0, logits, tp_ops)
+
+
+def _no_comm(fwd, bwd, recompute, act, out, transient, tp_ops):
+    """The columns of a node without ring-attention or expert traffic."""
+    columns = {"fwd_s": fwd, "bwd_s": bwd, "recompute_s": recompute, "core_fwd_s": 0.0,
+               "core_bwd_s": 0.0, "cp_fwd_bytes": 0.0, "cp_bwd_bytes": 0.0, "cp_steps_fwd": 0,
+               "cp_steps_bwd": 0, "ep_count": np.zeros(1), "ep_bytes": np.zeros(1), "act_bytes": act,
+               "out_bytes": out, "transient_bytes": transient}
+    columns.update(tp_ops)
+    return columns

@@ -1,0 +1,227 @@
+"""Seconds of candidates: node costs (:mod:`nest.cost.nodes`) on the prices of their groups.
+
+Everything here is columnar: ``[candidate, kind]`` arrays for a batch of candidates
+(:class:`~nest.parallel.CandidateArrays` into a :class:`~nest.cost.scenario.ConfigTable`)
+and their group terms (:class:`~nest.network.placement.GroupTerms`). With exact terms
+(the candidates' own placements, :func:`price`) the results are what a plan reports; with
+lower-bound terms (:meth:`~nest.network.placement.Placer.floor_terms`) they are lower
+bounds, because every operation is monotone in the terms: additions, multiplications by
+non-negative numbers and ``max(0, .)``.
+
+Overlap assumptions (:func:`kind_times`): ring-attention transfers hide behind the
+attention core of the same pass; ZeRO-2 reduce-scatters a node's gradients during its
+backward and ZeRO-3 gathers its weights during the previous node's compute (prefetch), so
+only the excess over the node's own compute is exposed. TP and EP collectives are on the
+critical path (Megatron's defaults); with ``job.tp_comm_overlap`` the TP ones are exposed
+as :func:`tp_exposed`. The end-of-step sync (:func:`sync_columns`): ZeRO-0 all-reduces
+fp32 gradients; 1 reduce-scatters gradients and all-gathers the updated weights
+(Megatron's distributed optimizer); 2 has reduced gradients per micro-batch and
+all-gathers the weights; 3 does nothing (weights stay sharded). Dense weights sync over
+the data x context ranks, experts over their expert-data-parallel group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..network.placement import GroupTerms, Placement, reduce_scatter_s
+from ..parallel import RECOMPUTE_MODES, Candidate, CandidateArrays
+from ..specs import JobSpec
+from .scenario import ConfigTable, Scenario
+
+OPTIMIZER_KERNELS = 4
+"""Launches of a fused multi-tensor optimizer step (its fixed cost)."""
+
+
+def tp_exposed(tp_s, degree, compute_s):
+    """Exposed tensor-parallel communication under ``job.tp_comm_overlap``: each
+    collective split into ``degree`` chunks pipelined with the compute they feed, so one
+    chunk stays exposed, and no more hides than the node's compute lasts."""
+    return np.maximum(tp_s / degree, tp_s - compute_s)
+
+
+def reduce_exposed(reduce_s, bwd_s, job: JobSpec):
+    """A node's gradient reduction beyond its backward under ``job.overlap_grad_reduce``,
+    else all of it."""
+    return np.maximum(0.0, reduce_s - bwd_s) if job.overlap_grad_reduce else reduce_s
+
+
+def gather_exposed(gather_s, fwd_s, job: JobSpec):
+    """A node's weight all-gather beyond its forward under ``job.overlap_param_gather``,
+    else all of it."""
+    return np.maximum(0.0, gather_s - fwd_s) if job.overlap_param_gather else gather_s
+
+
+def sync_exposed(reduce_s, gather_s, fwd_s, bwd_s, job: JobSpec):
+    """Exposed end-of-step data-parallel collectives of one node: :func:`reduce_exposed`
+    plus :func:`gather_exposed`."""
+    return reduce_exposed(reduce_s, bwd_s, job) + gather_exposed(gather_s, fwd_s, job)
+
+
+@dataclass(frozen=True)
+class KindTimes:
+    """Seconds per micro-batch of every node kind under every candidate (``[candidate,
+    kind]``), by cause. ``cp_forward`` is the forward part of ``cp``; ``dp_forward`` and
+    ``dp_recompute`` the parts of ``dp`` (ZeRO-2/3 traffic) exposed in the forward and in
+    a full recomputation (ZeRO-3's weight gathers)."""
+
+    compute: np.ndarray
+    tp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    dp: np.ndarray
+    total: np.ndarray
+    cp_forward: np.ndarray
+    dp_forward: np.ndarray
+    dp_recompute: np.ndarray
+
+
+def _slots_sum(ops: np.ndarray) -> np.ndarray:
+    """``ops[:, :, 0] + ops[:, :, 1] + ...`` in slot order."""
+    out = ops[:, :, 0]
+    for i in range(1, ops.shape[2]):
+        out = out + ops[:, :, i]
+    return out
+
+
+def kind_times(scn: Scenario, table: ConfigTable, cands: CandidateArrays, terms: GroupTerms,
+               zero_comm: bool = True) -> KindTimes:
+    """Per candidate and node kind: seconds of one micro-batch on one device, by cause
+    (the overlap rules of the module docstring). ``zero_comm=False`` leaves ZeRO-2/3
+    traffic out (its floors are not known before the ZeRO stage is)."""
+    col = lambda name: table.cols[name][cands.config]  # noqa: E731
+    one = lambda x: np.asarray(x)[:, None]  # noqa: E731
+    slot = lambda x: np.asarray(x)[:, None, None]  # noqa: E731
+    job, opt, wb = scn.job, scn.job.optimizer, scn.weight_bytes
+    # sum(count * all_reduce(bytes)) over the operations, in order (count 0: none)
+    tp = _slots_sum(col("tp_count") * (2 * reduce_scatter_s(slot(terms.tp[0]), slot(terms.tp[1]), col("tp_bytes"))))
+    if job.tp_comm_overlap:
+        degree = one(table.arrays.tp[cands.config])
+        tp = np.where(degree > 1, tp_exposed(tp, degree, col("compute_s")), tp)
+    lat, per_byte = one(terms.cp_ring[0]), one(terms.cp_ring[1])
+    cp_degree = one(table.arrays.cp[cands.config])
+    steps_fwd, steps_bwd = col("cp_steps_fwd"), col("cp_steps_bwd")
+    passes = steps_fwd / np.maximum(cp_degree - 1, 1)
+    cp_forward = np.maximum(0.0, steps_fwd * (lat + per_byte * col("cp_fwd_bytes")) - passes * col("core_fwd_s"))
+    cp = cp_forward + np.maximum(0.0, steps_bwd * (lat + per_byte * col("cp_bwd_bytes")) - col("core_bwd_s"))
+    ring = cp_degree > 1
+    cp, cp_forward = np.where(ring, cp, 0.0), np.where(ring, cp_forward, 0.0)
+    ep = _slots_sum(col("ep_count") * (slot(terms.ep[0]) + slot(terms.ep[1]) * col("ep_bytes")))
+    compute = col("compute_s")
+    total = compute + tp + cp + ep
+    zero = one(cands.zero)
+    dp = dp_forward = dp_recompute = np.zeros_like(total)
+    if zero_comm and (zero >= 2).any():
+        dense, expert = col("params_dense"), col("params_expert")
+        da, db = one(terms.dense_dp[0]), one(terms.dense_dp[1])
+        ea, eb = one(terms.expert_dp[0]), one(terms.expert_dp[1])
+        reduce = reduce_scatter_s(da, db, opt.grad_bytes * dense) + reduce_scatter_s(ea, eb, opt.grad_bytes * expert)
+        three = zero == 3
+        gather = np.where(three, reduce_scatter_s(da, db, wb * dense) + reduce_scatter_s(ea, eb, wb * expert), 0.0)
+        full = one(table.arrays.recompute[cands.config] == RECOMPUTE_MODES.index("full"))
+        dp_forward = np.where(three, np.maximum(0.0, gather - col("fwd_s")), 0.0)
+        dp_recompute = np.where(three & full, np.maximum(0.0, gather - col("recompute_s")), 0.0)
+        dp = 0.0 + dp_forward
+        dp = dp + dp_recompute
+        dp = dp + np.maximum(0.0, gather + reduce - col("bwd_s"))
+        dp = np.where(zero >= 2, dp, 0.0)
+        total = total + dp
+    return KindTimes(compute, tp, cp, ep, dp, total, cp_forward, dp_forward, dp_recompute)
+
+
+def sync_columns(scn: Scenario, cands: CandidateArrays, terms: GroupTerms) -> dict[str, np.ndarray]:
+    """Per candidate: ``fixed_s`` (latency terms and optimizer launches), and per dense
+    and per expert parameter the seconds of its sync + optimizer step (``dense``,
+    ``expert``), their gradient-reduction, weight-gather and optimizer parts
+    (``*_reduce``, ``*_gather``, ``*_optimizer``) and the bytes it keeps (``*_bytes``)."""
+    opt, wb = scn.job.optimizer, scn.weight_bytes
+    zero = cands.zero
+    touched = opt.grad_bytes + 2 * opt.master_bytes + 2 * opt.state_bytes + wb
+    fixed = np.full(len(cands), OPTIMIZER_KERNELS * scn.kernels.overhead)
+    out = {}
+    for name, (alpha, beta), shards in (("dense", terms.dense_dp, terms.dense_shards),
+                                        ("expert", terms.expert_dp, terms.expert_shards)):
+        if name == "expert" and not scn.model.is_moe:
+            alpha = np.zeros_like(alpha)  # no expert parameters: no expert collective
+        per = np.where(zero == 0, 2 * beta * opt.grad_bytes,
+                       np.where(zero == 1, beta * (opt.grad_bytes + wb), np.where(zero == 2, beta * wb, 0.0)))
+        out[name + "_reduce"] = np.where(zero == 0, 2 * beta * opt.grad_bytes,
+                                         np.where(zero == 1, beta * opt.grad_bytes, 0.0))
+        out[name + "_gather"] = np.where((zero == 1) | (zero == 2), beta * wb, 0.0)
+        fixed = fixed + np.where(zero <= 1, 2 * alpha, np.where(zero == 2, alpha, 0.0))
+        optimizer = touched / scn.kernels.memory_rate / np.where(zero >= 1, shards, 1)
+        out[name] = per + optimizer
+        out[name + "_optimizer"] = optimizer
+        out[name + "_bytes"] = (wb / np.where(zero >= 3, shards, 1) + opt.grad_bytes / np.where(zero >= 2, shards, 1)
+                                + opt.sharded_bytes / np.where(zero >= 1, shards, 1))
+    out["fixed_s"] = fixed
+    return out
+
+
+def _per_node(table: ConfigTable, cands: CandidateArrays, sync: dict, part: str) -> np.ndarray:
+    """``[candidate, kind]``: a per-parameter sync column times the node's parameters."""
+    dense = table.cols["params_dense"][cands.config].astype(np.float64)
+    expert = table.cols["params_expert"][cands.config].astype(np.float64)
+    return sync["dense" + part][:, None] * dense + sync["expert" + part][:, None] * expert
+
+
+def sync_weights(scn: Scenario, table: ConfigTable, cands: CandidateArrays, sync: dict) -> np.ndarray:
+    """``[candidate, kind]`` seconds of one node's end-of-step sync and optimizer step
+    (the DP's ``params`` weights before rounding) from :func:`sync_columns` ``sync``: only
+    the exposed part of overlapped collectives (:func:`sync_exposed`). Monotone in the
+    terms, so floor terms give floors."""
+    if not scn.job.overlaps_sync:
+        return _per_node(table, cands, sync, "")
+    col = lambda name: table.cols[name][cands.config]  # noqa: E731
+    exposed = sync_exposed(_per_node(table, cands, sync, "_reduce"), _per_node(table, cands, sync, "_gather"),
+                           col("fwd_s"), col("bwd_s"), scn.job)
+    return _per_node(table, cands, sync, "_optimizer") + exposed
+
+
+def sync_parts(scn: Scenario, table: ConfigTable, cands: CandidateArrays, sync: dict) -> np.ndarray:
+    """``[candidate, kind, 3]``: one node's gradient reduction and weight gather, each by
+    its exposed part (:func:`reduce_exposed`, :func:`gather_exposed`), and its optimizer
+    step, in seconds (latency terms, ``fixed_s``, left out)."""
+    col = lambda name: table.cols[name][cands.config]  # noqa: E731
+    reduce = reduce_exposed(_per_node(table, cands, sync, "_reduce"), col("bwd_s"), scn.job)
+    gather = gather_exposed(_per_node(table, cands, sync, "_gather"), col("fwd_s"), scn.job)
+    return np.stack(np.broadcast_arrays(reduce, gather, _per_node(table, cands, sync, "_optimizer")), axis=2)
+
+
+@dataclass
+class Priced:
+    """A batch of candidates priced on their own placements: what the stage DP's tables,
+    the exact schedule and the reports are built from."""
+
+    scn: Scenario
+    table: ConfigTable
+    cands: CandidateArrays
+    terms: GroupTerms
+    places: list[Placement]
+    times: KindTimes
+    sync: dict
+
+    def __len__(self) -> int:
+        return len(self.cands)
+
+    def col(self, name: str) -> np.ndarray:
+        """``[candidate, kind]`` of a cost column of the candidates' configurations."""
+        return self.table.cols[name][self.cands.config]
+
+    def micro_batches(self) -> np.ndarray:
+        """Micro-batches per replica and step of every candidate."""
+        return self.scn.job.micro_batches(self.cands.dp, self.table.arrays.micro_batch[self.cands.config])
+
+
+def price(scn: Scenario, table: ConfigTable, cands: CandidateArrays) -> Priced:
+    """``cands`` priced exactly: their placements' group terms, node times, sync prices."""
+    terms, places = scn.placer.exact_terms(cands.degrees(table.arrays))
+    return Priced(scn, table, cands, terms, places, kind_times(scn, table, cands, terms),
+                  sync_columns(scn, cands, terms))
+
+
+def price_candidate(scn: Scenario, cand: Candidate) -> Priced:
+    """One candidate priced exactly (row 0 of a one-row batch)."""
+    return price(scn, *scn.batch([cand]))

@@ -1,0 +1,119 @@
+"""A model, a cluster and a job: the node-kind cost tables of its layer configurations.
+
+A :class:`Scenario` holds what every price of a search shares: the specs, the kernel
+model of the device, the node costs (a *source*: the analytic model of
+:mod:`nest.cost.nodes` or measured layer tables), the layer chain's node kinds and the
+network's :class:`~nest.network.placement.Placer`. :meth:`Scenario.config_table` prices
+node kinds under many layer configurations at once; :mod:`nest.cost.pricing` turns a
+table and candidates into seconds on the candidates' placements.
+
+A source has ``kinds`` (a label per node of the chain; nodes with equal labels cost
+alike), ``names``, ``parameters``, ``active_parameters``, ``table(kind, ConfigArrays)``
+returning the :data:`~nest.cost.nodes.COST_FIELDS` and :data:`~nest.cost.nodes.OP_FIELDS`
+columns of that kind, and ``model_flops(kind, ConfigArrays)`` (forward + backward model
+FLOPs of one micro-batch on one device, for MFU).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..network.placement import placer_for
+from ..parallel import Candidate, CandidateArrays, ConfigArrays, LayerConfig
+from ..specs import ClusterSpec, JobSpec, ModelSpec
+from .compute import KernelModel
+from .model import active_parameter_count, chain_kinds, chain_names, parameter_count
+from .nodes import COST_FIELDS, OP_FIELDS, NodeCostModel
+
+
+class AnalyticSource:
+    """Node costs from the analytic model: nodes of one kind (block, moe, ...) cost alike."""
+
+    def __init__(self, model: ModelSpec, job: JobSpec, kernels: KernelModel):
+        self.model = model
+        self.job = job
+        self.kinds = chain_kinds(model)
+        self.names = chain_names(model)
+        self.parameters = parameter_count(model)
+        self.active_parameters = active_parameter_count(model)
+        self._costs = NodeCostModel(model, job, kernels)
+
+    def table(self, kind: str, configs: ConfigArrays) -> dict[str, np.ndarray]:
+        """Cost columns of ``kind`` under every configuration."""
+        return self._costs.table(kind, configs)
+
+    def model_flops(self, kind: str, configs: ConfigArrays) -> np.ndarray:
+        """Model FLOPs of ``kind`` under every configuration."""
+        return self._costs.model_flops(kind, configs)
+
+
+@dataclass
+class ConfigTable:
+    """Node-kind costs of many layer configurations: ``cols[name][config, kind]``.
+
+    ``derived`` keeps what searches compute once per table (bounds per configuration);
+    use :meth:`cached`."""
+
+    configs: Sequence[LayerConfig]
+    arrays: ConfigArrays
+    cols: dict[str, np.ndarray]
+    transient: np.ndarray  # [C] int64: largest transient bytes of any kind
+    send_ps: np.ndarray  # [C, rows, kinds]: a node's output sent across a boundary (Placer.send_rows)
+    derived: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.configs)
+
+    def cached(self, key, compute):
+        """``compute()``, once per table and key."""
+        if key not in self.derived:
+            self.derived[key] = compute()
+        return self.derived[key]
+
+
+class Scenario:
+    """A model, a cluster and a job, with its node costs and the network's placer.
+
+    ``source`` supplies node costs (default: the analytic model; see the module
+    docstring)."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, source=None):
+        self.model, self.cluster, self.job = model, cluster, job
+        self.peak_flops = cluster.device.peak_flops(job.dtype)
+        self.kernels = KernelModel(cluster.device, job.dtype_bytes, self.peak_flops)
+        self.weight_bytes = 4 if job.dtype == "fp32" else 2
+        self.source = source or AnalyticSource(model, job, self.kernels)
+        self.kinds = list(self.source.kinds)
+        self.kind_list = list(dict.fromkeys(self.kinds))
+        self.kind_index = np.array([self.kind_list.index(k) for k in self.kinds], dtype=np.int64)
+        self.kind_count = np.bincount(self.kind_index, minlength=len(self.kind_list)).astype(np.int64)
+        self.placer = placer_for(cluster, model.is_moe)
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.kinds)
+
+    def micro_batches(self, cand: Candidate) -> int:
+        """Micro-batches per replica and step of ``cand``."""
+        return self.job.micro_batches(cand.dp, cand.cfg.micro_batch)
+
+    def config_table(self, configs: Sequence[LayerConfig], arrays: ConfigArrays | None = None) -> ConfigTable:
+        """Columns of every node kind under every configuration (``[config, kind]``)."""
+        arrays = ConfigArrays.of(configs) if arrays is None else arrays
+        n = len(configs)
+        per_kind = [self.source.table(kind, arrays) for kind in self.kind_list]
+        columns = {name: np.stack([p[name] for p in per_kind], axis=1).reshape(n, -1) for name in COST_FIELDS}
+        for name in OP_FIELDS:  # [config, kind, slot], slots padded to the largest
+            slots = max(p[name].shape[1] for p in per_kind)
+            columns[name] = np.stack([np.pad(p[name].reshape(n, -1), ((0, 0), (0, slots - p[name].shape[1])))
+                                      for p in per_kind], axis=1)
+        transient = columns["transient_bytes"].max(axis=1) if n else np.zeros(0, dtype=np.int64)
+        return ConfigTable(configs, arrays, columns, transient, self.placer.send_rows(columns["out_bytes"]))
+
+    def batch(self, cands: Sequence[Candidate]) -> tuple[ConfigTable, CandidateArrays]:
+        """The configuration table of ``cands`` and the candidates as columns into it."""
+        configs, arrays = CandidateArrays.of(cands)
+        return self.config_table(configs), arrays

@@ -1,0 +1,37 @@
+"""The one way inputs become specs: the command line, the Python API, sweeps and the
+simulator all resolve a model, a cluster and a job here, with the same defaults."""
+
+from __future__ import annotations
+
+from ..errors import SpecError
+from ..specs import ClusterSpec, JobSpec, ModelSpec, OptimizerSpec
+from .loading import load_cluster, load_model
+
+
+def job_spec(model: ModelSpec, *, global_batch: int | None = None, seq_len: int | None = None,
+             optimizer: str | OptimizerSpec | None = None, **options) -> JobSpec:
+    """The job of ``model`` with the given settings: ``global_batch`` defaults to the
+    model's published batch (SpecError when it has none), ``seq_len`` to the model's,
+    ``optimizer`` is a name (``adam``, ``sgd``) or an :class:`~nest.specs.OptimizerSpec`;
+    ``options`` are the other :class:`~nest.specs.JobSpec` fields."""
+    batch = global_batch if global_batch is not None else model.default_global_batch
+    if not batch:
+        raise SpecError(f"job.global_batch: model {model.name} has no default global batch; pass one "
+                        "(--global-batch, or a JobSpec)")
+    if isinstance(optimizer, str):
+        options["optimizer"] = OptimizerSpec.named(optimizer)
+    elif optimizer is not None:
+        options["optimizer"] = optimizer
+    return JobSpec(global_batch=batch, seq_len=seq_len if seq_len is not None else model.seq_len, **options)
+
+
+def coerce_inputs(model, cluster, job=None, devices: int | None = None) -> tuple[ModelSpec, ClusterSpec, JobSpec]:
+    """Specs from specs, preset names or files (:func:`~nest.inputs.loading.load_model`,
+    :func:`~nest.inputs.loading.load_cluster` sized to ``devices``); ``job`` defaults to
+    :func:`job_spec` of the model."""
+    model, cluster = load_model(model), load_cluster(cluster, devices)
+    if job is None:
+        job = job_spec(model)
+    elif not isinstance(job, JobSpec):
+        raise SpecError(f"job = {type(job).__name__}: must be a JobSpec (nest.JobSpec) or None")
+    return model, cluster, job

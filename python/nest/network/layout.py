@@ -1,0 +1,274 @@
+"""Where each rank sits: parallel coordinates -> device index, by rank order.
+
+The rank order names the parallel dimensions innermost first (Megatron-LM's default
+``tp-cp-ep-dp-pp``: tensor-parallel peers are adjacent devices, pipeline stages are
+farthest apart). Rank ``r`` runs on device ``r`` of a hierarchical cluster, and on device
+``device_order[r]`` of a cluster on a graph (a locality-preserving order, see
+:func:`nest.network.graph.locality_order`); a plan that uses fewer devices than the cluster
+has takes the first ``devices_used`` of them, which keeps it compact.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..parallel import DEFAULT_ORDER, DIMENSIONS, Candidate, parse_order
+from ..specs import ClusterSpec
+from .tiers import tier_of_pair
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Degrees of every parallel dimension and their nesting on the device list."""
+
+    degrees: dict
+    order: str = DEFAULT_ORDER
+
+    def __post_init__(self):
+        parse_order(self.order)
+
+    @staticmethod
+    def of(cand: Candidate) -> "Layout":
+        """The layout of a candidate's degrees and rank order."""
+        return Layout(cand.degrees(), cand.order)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod([self.degrees.get(d, 1) for d in DIMENSIONS]))
+
+    def strides(self) -> dict[str, int]:
+        strides, stride = {}, 1
+        for dim in parse_order(self.order):
+            strides[dim] = stride
+            stride *= self.degrees.get(dim, 1)
+        return strides
+
+    def coordinates(self) -> dict[str, np.ndarray]:
+        """Per rank (index = device), its coordinate in every dimension."""
+        ranks = np.arange(self.size, dtype=np.int64)
+        strides = self.strides()
+        return {dim: (ranks // strides[dim]) % self.degrees.get(dim, 1) for dim in DIMENSIONS}
+
+    def boundary_tiers(self, cluster: ClusterSpec) -> np.ndarray:
+        """Tier crossed from stage k to stage k+1 (worst over the stage's ranks), for
+        k < pp; entry pp-1 is the wrap-around from the last stage to the first, which
+        interleaved schedules use."""
+        pp = self.degrees.get("pp", 1)
+        stride = self.strides()["pp"]
+        stage = self.coordinates()["pp"]
+        ranks = np.arange(self.size, dtype=np.int64)
+        partner = np.where(stage < pp - 1, ranks + stride, ranks - (pp - 1) * stride)
+        tiers = tier_of_pair(cluster, ranks, partner)
+        worst = np.zeros(pp, dtype=np.int64)
+        np.maximum.at(worst, stage, tiers)
+        return worst
+
+
+def layout_strides(order: str, tp, cp, dp, pp) -> dict[str, np.ndarray]:
+    """:meth:`Layout.strides` elementwise over degree arrays (expert degree 1)."""
+    degrees = {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp}
+    strides, stride = {}, 1
+    for dim in parse_order(order):
+        strides[dim] = stride
+        stride = stride * degrees[dim]
+    return strides
+
+
+def joint_groups(layout: Layout, dims: tuple[str, ...], first_only: bool = False) -> np.ndarray:
+    """Groups of ranks that differ only in ``dims``: ``[groups, size]``, rows ascending
+    (only the group of rank 0 with ``first_only``)."""
+    strides = layout.strides()
+    offsets = np.zeros(1, dtype=np.int64)
+    for dim in dims:
+        step = strides[dim] * np.arange(layout.degrees.get(dim, 1), dtype=np.int64)
+        offsets = (offsets[:, None] + step[None, :]).ravel()
+    offsets.sort()
+    if first_only:
+        return offsets[None, :]
+    coords = layout.coordinates()
+    leader = np.ones(layout.size, dtype=bool)
+    for dim in dims:
+        leader &= coords[dim] == 0
+    return np.flatnonzero(leader)[:, None] + offsets[None, :]
+
+
+def expert_groups(layout: Layout, ep: int) -> tuple[np.ndarray, np.ndarray]:
+    """(EP groups, expert-DP groups) under MoE parallel folding with expert TP = 1.
+
+    The tensor x context x data ranks of one pipeline stage, in rank order, are regrouped
+    into consecutive runs of ``ep`` (expert-parallel groups); ranks at the same position
+    of every run form an expert-data-parallel group.
+    """
+    stage_ranks = joint_groups(layout, ("tp", "cp", "dp"))  # one row per stage
+    runs = stage_ranks.reshape(stage_ranks.shape[0], -1, ep)
+    ep_groups = runs.reshape(-1, ep)
+    edp_groups = runs.transpose(0, 2, 1).reshape(-1, runs.shape[1])
+    return ep_groups, edp_groups
+
+
+# -- communicator families as mixed-radix sets -----------------------------------------
+#
+# Every communicator group of a layout is ``leader + offsets`` where both the offsets
+# and the leaders are mixed-radix sets ``{sum_d stride_d * c_d : 0 <= c_d < degree_d}``
+# over some of the layout's dimensions (nested: a larger stride is a multiple of the
+# smaller ones times their degrees). Pricing a group on the network only looks at which
+# tier blocks its members fall into (network.group_shape, ring_link, tier_of_pair), and
+# every tier block of every tier but the outermost has a size dividing ``period`` (the
+# devices of one group of the second-outermost tier). Translating a group by a multiple
+# of ``period`` therefore leaves its price unchanged. A leader dimension's values
+# ``stride * c`` repeat modulo ``period`` once ``c`` reaches ``period / gcd(stride,
+# period)``, so cutting every leader degree to that length keeps exactly the same set of
+# leader residues: the reduced family has exactly the distinct group prices of the full
+# one, with far fewer groups, and a key that many layouts share.
+
+Dims = tuple[tuple[int, int], ...]
+
+
+def _merge(dims) -> Dims:
+    """(stride, degree) pairs by stride, degree-1 dimensions dropped, adjacent ones merged."""
+    out: list[tuple[int, int]] = []
+    for stride, degree in sorted((s, g) for s, g in dims if g > 1):
+        if out and out[-1][0] * out[-1][1] == stride:
+            out[-1] = (out[-1][0], out[-1][1] * degree)
+        else:
+            out.append((stride, degree))
+    return tuple(out)
+
+
+def reduce_leaders(dims: Dims, period: int) -> Dims:
+    """``dims`` cut to the degrees whose values are distinct modulo ``period`` (see above)."""
+    return _merge((s, min(g, period // math.gcd(s, period))) for s, g in dims)
+
+
+def mixed_radix(dims: Dims) -> np.ndarray:
+    """The sorted set ``{sum stride * c}`` of ``dims``."""
+    values = np.zeros(1, dtype=np.int64)
+    for stride, degree in dims:
+        values = (values[:, None] + stride * np.arange(degree, dtype=np.int64)[None, :]).ravel()
+    values.sort()
+    return values
+
+
+def family_groups(offsets: Dims, leaders: Dims) -> np.ndarray:
+    """``[groups, size]`` device indices, rows ascending."""
+    return mixed_radix(leaders)[:, None] + mixed_radix(offsets)[None, :]
+
+
+def dims_of(layout: Layout, names) -> Dims:
+    strides = layout.strides()
+    return _merge((strides[d], layout.degrees.get(d, 1)) for d in names)
+
+
+def joint_family(layout: Layout, dims: tuple[str, ...]) -> tuple[Dims, Dims]:
+    """(offsets, leaders) of :func:`joint_groups` ``(layout, dims)``."""
+    others = [d for d in DIMENSIONS if d not in dims]
+    return dims_of(layout, dims), dims_of(layout, others)
+
+
+def expert_families(layout: Layout, ep: int) -> tuple[tuple[Dims, Dims], tuple[Dims, Dims]] | None:
+    """(offsets, leaders) of the EP groups and of the expert-DP groups of
+    :func:`expert_groups`, or None when runs of ``ep`` do not split the stage's
+    dimensions (then only the explicit groups describe them).
+
+    A stage's tensor x context x data ranks in ascending order are the mixed-radix set of
+    those dimensions with the smallest stride as the fastest digit; a run of ``ep``
+    consecutive ranks fixes every digit but the first ones whose degrees multiply to
+    ``ep`` (the last of them possibly split), and the expert-DP group fixes exactly those.
+    """
+    stage = dims_of(layout, ("tp", "cp", "dp"))
+    outer = dims_of(layout, ("pp",))
+    need, run, rest = ep, [], []
+    for stride, degree in stage:
+        if need == 1:
+            rest.append((stride, degree))
+        elif need % degree == 0:
+            run.append((stride, degree))
+            need //= degree
+        elif degree % need == 0:
+            run.append((stride, need))
+            rest.append((stride * need, degree // need))
+            need = 1
+        else:
+            return None
+    if need != 1:
+        return None
+    run_dims, rest_dims = _merge(run), _merge(rest)
+    return (run_dims, _merge(rest_dims + outer)), (rest_dims, _merge(run_dims + outer))
+
+
+def boundary_tiers_reduced(layout: Layout, cluster: ClusterSpec, period: int) -> np.ndarray:
+    """:meth:`Layout.boundary_tiers` from each stage's ranks reduced modulo ``period``
+    (the tier of a pair of devices is unchanged by translating both by a multiple of it)."""
+    pp = layout.degrees.get("pp", 1)
+    stride = layout.strides()["pp"]
+    offsets = mixed_radix(reduce_leaders(dims_of(layout, [d for d in DIMENSIONS if d != "pp"]), period))
+    stage = np.arange(pp, dtype=np.int64)
+    ranks = stage[:, None] * stride + offsets[None, :]
+    shift = np.where(stage < pp - 1, stride, -(pp - 1) * stride)
+    return tier_of_pair(cluster, ranks, ranks + shift[:, None]).max(axis=1)
+
+
+@dataclass(frozen=True, eq=False)
+class RankPlacement:
+    """Where every rank of a plan runs, as arrays indexed by rank.
+
+    ``coords[dim]`` for ``tp, cp, dp, pp`` (the layout) and ``ep, expert_dp`` (MoE
+    folding: a stage's tensor x context x data ranks in ascending order, cut into runs of
+    ``ep``; ``ep`` is the position in the run, ``expert_dp`` the run); ``device``: the
+    device index (hierarchical clusters) or node id as a string (graphs); ``hosts`` and
+    ``host``: the machines and each rank's (tier-0 group ``node<i>`` on hierarchical
+    clusters, the device's ``host`` attribute or the device itself on graphs); ``slot``:
+    the device's position among its host's devices (by device index), the local rank a
+    launcher gives it.
+    """
+
+    coords: dict
+    device: list
+    hosts: list
+    host: np.ndarray
+    slot: np.ndarray
+    on_graph: bool = False
+
+    def records(self) -> list[dict]:
+        """One dict per rank: ``rank``, the coordinates, ``device``, ``host``, ``slot``."""
+        dims = ("tp", "cp", "dp", "pp", "ep", "expert_dp")
+        columns = [self.coords[d].tolist() for d in dims]
+        host, slot = self.host.tolist(), self.slot.tolist()
+        return [{"rank": r, **{d: c[r] for d, c in zip(dims, columns)}, "device": self.device[r],
+                 "host": self.hosts[host[r]], "slot": slot[r]} for r in range(len(host))]
+
+
+def rank_placement(cluster: ClusterSpec, layout: Layout, ep: int = 1) -> RankPlacement:
+    """The :class:`RankPlacement` of ``layout`` on ``cluster``."""
+    coords = {d: c for d, c in layout.coordinates().items() if d != "ep"}
+    n = layout.size
+    within = np.empty(n, dtype=np.int64)  # position among the stage's ranks, ascending
+    within[np.lexsort((np.arange(n), coords["pp"]))] = np.arange(n) % (n // layout.degrees.get("pp", 1))
+    coords["ep"], coords["expert_dp"] = within % ep, within // ep
+    ranks = np.arange(n, dtype=np.int64)
+    if cluster.graph is None:
+        per_host = cluster.tiers[0].fanout
+        host = ranks // per_host
+        return RankPlacement(coords, ranks.tolist(), [f"node{h}" for h in range(int(host[-1]) + 1)], host,
+                             ranks % per_host)
+    attrs = cluster.graph.nodes
+    order = cluster.device_order[:n]
+    names, host = np.unique([str(attrs[d].get("host", d)) for d in order], return_inverse=True)
+    from .routing import devices  # scipy only for graph clusters
+
+    position = {d: i for i, d in enumerate(devices(cluster.graph))}
+    index = np.array([position[d] for d in order], dtype=np.int64)
+    # hosts in order of first appearance (their ranks), slots by device index on the host
+    first = np.full(len(names), n)
+    np.minimum.at(first, host.ravel(), ranks)
+    rename = np.argsort(np.argsort(first, kind="stable"), kind="stable")
+    host = rename[host.ravel()]
+    by_host = np.lexsort((index, host))
+    slot = np.empty(n, dtype=np.int64)
+    starts = np.searchsorted(host[by_host], host[by_host])
+    slot[by_host] = np.arange(n) - starts
+    hosts = [str(h) for h in names[np.argsort(rename)]]
+    return RankPlacement(coords, [str(d) for d in order], hosts, host, slot, on_graph=True)

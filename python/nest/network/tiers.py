@@ -1,0 +1,336 @@
+"""Alpha-beta prices of collectives on a hierarchical network.
+
+A group of ranks (device indices) is decomposed tier by tier: ``factors[t]`` is how many
+tier-``t-1`` groups (devices, for ``t = 0``) of the group meet inside one tier-``t``
+group. A hierarchical reduce-scatter runs a ring inside every tier from the innermost
+out, each member sending ``1/(product of inner factors)`` of the data over its own link
+of that tier; all-gather mirrors it and all-reduce is both (the NCCL tree/ring
+hierarchy). A group that spans a single tier reduces to the plain ring formulas
+``(k-1)/k * bytes / bandwidth + (k-1) * latency``.
+
+When a group is not uniform (different numbers of members in different groups of a
+tier) the decomposition is not a product; it is then priced as one flat ring on the
+slowest tier it crosses, which upper-bounds the hierarchical schedule.
+
+These raw formulas price the tiers at their nominal bandwidth and latency (the graph
+model of :mod:`nest.network.graph` must agree with them exactly). What NCCL achieves is an
+explicit layer on top, :class:`CollectiveEfficiency`: it rescales each tier to the bus
+bandwidth collectives reach and raises its per-step latency to NCCL's, and
+:func:`calibrated_cluster` returns the cluster those formulas should then be given.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+import numpy as np
+
+from ..specs import ClusterSpec
+
+
+@dataclass(frozen=True)
+class GroupShape:
+    """How a communicator group spreads over the tiers (see the module docstring)."""
+
+    factors: tuple[int, ...]  # one per tier, product = group size
+    bandwidth: tuple[float, ...]  # effective bytes/s per tier
+    latency: tuple[float, ...]  # seconds per tier
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.factors)
+
+    def reduce_scatter_terms(self) -> tuple[float, float]:
+        """``(alpha, beta)``: a reduce-scatter of n bytes takes ``alpha + beta * n`` seconds."""
+        return self._rs_terms
+
+    @cached_property
+    def _rs_terms(self) -> tuple[float, float]:
+        alpha = beta = 0.0
+        share = 1.0
+        for factor, bandwidth, latency in zip(self.factors, self.bandwidth, self.latency):
+            if factor > 1:
+                alpha += (factor - 1) * latency
+                beta += (factor - 1) / factor * share / bandwidth
+                share /= factor
+        return alpha, beta
+
+    def all_to_all_terms(self) -> tuple[float, float]:
+        """``(alpha, beta)`` of an all-to-all in which each rank sends n bytes in total.
+
+        A rank sends ``1/size`` of its bytes to every member; the share crossing tier ``t``
+        goes over that tier's link, and links of different tiers work in parallel, so the
+        slowest tier sets the time.
+        """
+        size = self.size
+        alpha = beta = 0.0
+        inner = 1
+        for factor, bandwidth, latency in zip(self.factors, self.bandwidth, self.latency):
+            if factor > 1:
+                beta = max(beta, (factor - 1) * inner / size / bandwidth)
+                alpha = max(alpha, latency)
+            inner *= factor
+        return alpha, beta
+
+    def reduce_scatter(self, nbytes: float) -> float:
+        """Seconds for a reduce-scatter of ``nbytes`` (the full buffer on every rank); nothing
+        to reduce costs nothing (no latency either)."""
+        if nbytes <= 0:
+            return 0.0
+        alpha, beta = self.reduce_scatter_terms()
+        return alpha + beta * nbytes
+
+    def all_gather(self, nbytes: float) -> float:
+        """Seconds for an all-gather producing ``nbytes`` on every rank."""
+        return self.reduce_scatter(nbytes)
+
+    def all_reduce(self, nbytes: float) -> float:
+        """Seconds for an all-reduce of ``nbytes``."""
+        return 2 * self.reduce_scatter(nbytes)
+
+
+def tier_of_pair(cluster: ClusterSpec, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Innermost tier index whose group contains both devices of each pair."""
+    tiers = np.zeros(np.broadcast(a, b).shape, dtype=np.int64)
+    for size in cluster.group_sizes()[:-1]:
+        tiers += (np.asarray(a) // size) != (np.asarray(b) // size)
+    return tiers
+
+
+def group_shape(cluster: ClusterSpec, groups: np.ndarray) -> GroupShape:
+    """The shape of the worst of several concurrent groups of equal size.
+
+    ``groups`` is ``[num_groups, group_size]`` device indices, each row ascending. All
+    groups are decomposed (vectorised) and the slowest decomposition is kept, since a
+    collective step waits for it.
+    """
+    groups = np.atleast_2d(np.asarray(groups, dtype=np.int64))
+    bandwidth = tuple(t.effective_bandwidth for t in cluster.tiers)
+    latency = tuple(t.latency for t in cluster.tiers)
+    factors = _factor_rows(cluster, groups)
+    radix = groups.shape[1] + 1
+    codes = factors @ (radix ** np.arange(factors.shape[1], dtype=np.int64))
+    _, first = np.unique(codes, return_index=True)
+    shapes = [GroupShape(tuple(int(f) for f in factors[i]), bandwidth, latency) for i in first]
+    return max(shapes, key=lambda shape: shape.reduce_scatter_terms()[::-1])
+
+
+def _factor_rows(cluster: ClusterSpec, groups: np.ndarray) -> np.ndarray:
+    """Per group, per tier: tier-(t-1) groups per tier-t group; flat ring if non-uniform.
+
+    Rows are ascending, so equal block ids are contiguous: block starts are where the id
+    changes, and per-block counts come from ``reduceat`` over the flattened rows.
+    """
+    rows, width = groups.shape
+    sizes = (1,) + cluster.group_sizes()
+    factors = np.ones((rows, len(cluster.tiers)), dtype=np.int64)
+    uniform = np.ones(rows, dtype=bool)
+    row_start = np.zeros((rows, width), dtype=bool)
+    row_start[:, 0] = True
+    for t in range(len(cluster.tiers)):
+        inner, outer = groups // sizes[t], groups // sizes[t + 1]
+        inner_start = row_start.copy()
+        inner_start[:, 1:] |= inner[:, 1:] != inner[:, :-1]
+        outer_start = row_start.copy()
+        outer_start[:, 1:] |= outer[:, 1:] != outer[:, :-1]
+        seg = np.flatnonzero(outer_start.ravel())
+        counts = np.add.reduceat(inner_start.ravel().astype(np.int64), seg)
+        seg_row = seg // width
+        row_first = np.flatnonzero(np.r_[True, seg_row[1:] != seg_row[:-1]])
+        low = np.minimum.reduceat(counts, row_first)
+        high = np.maximum.reduceat(counts, row_first)
+        uniform &= low == high
+        factors[:, t] = low
+    if not uniform.all():
+        top = tier_of_pair(cluster, groups[:, :1], groups).max(axis=1)
+        flat = np.ones_like(factors)
+        flat[np.arange(rows), top] = width
+        factors[~uniform] = flat[~uniform]
+    return factors
+
+
+def ring_link(cluster: ClusterSpec, groups: np.ndarray) -> tuple[float, float]:
+    """``(latency, seconds per byte)`` of the slowest neighbour link of rings over ``groups``."""
+    groups = np.atleast_2d(np.asarray(groups, dtype=np.int64))
+    if groups.shape[1] < 2:
+        return 0.0, 0.0
+    tier = int(tier_of_pair(cluster, groups, np.roll(groups, -1, axis=1)).max())
+    t = cluster.tiers[tier]
+    return t.latency, 1.0 / t.effective_bandwidth
+
+
+def point_to_point(cluster: ClusterSpec, tier: int, nbytes: float) -> float:
+    """Seconds to send ``nbytes`` between two devices whose innermost common tier is ``tier``."""
+    t = cluster.tiers[tier]
+    return t.latency + nbytes / t.effective_bandwidth
+
+
+# -- lower bounds over every placement a group can have ---------------------------------
+
+
+@dataclass(frozen=True)
+class ShapeFloor:
+    """Lower bounds on the alpha-beta terms of any group of ``size`` ranks whose members
+    are at least ``spacing`` device indices apart, wherever a layout puts it.
+
+    Each term is the minimum, over every shape such a group can have, of that term as
+    :class:`GroupShape` computes it (same code, so the minimum is attained bit for bit by
+    some shape and no shape is below it). The shapes are every uniform decomposition
+    ``factors`` (product ``size``, ``factors[t] <= fanout[t]``, and at most
+    ``ceil(devices per tier-t group / spacing)`` members in one tier-t group, which is the
+    product of ``factors[:t+1]``) and every flat ring on a tier whose groups can hold a
+    span of ``(size - 1) * spacing + 1`` devices (non-uniform groups).
+    """
+
+    rs_alpha: float
+    rs_beta: float
+    a2a_alpha: float
+    a2a_beta: float
+
+
+def shape_floor(cluster: ClusterSpec, size: int, spacing: int) -> ShapeFloor:
+    bandwidth = tuple(t.effective_bandwidth for t in cluster.tiers)
+    latency = tuple(t.latency for t in cluster.tiers)
+    sizes = cluster.group_sizes()
+    fanouts = [t.fanout for t in cluster.tiers]
+    shapes: list[tuple[int, ...]] = []
+
+    def extend(prefix: tuple[int, ...], members: int, remaining: int) -> None:
+        t = len(prefix)
+        if t == len(fanouts):
+            if remaining == 1:
+                shapes.append(prefix)
+            return
+        room = -(-sizes[t] // spacing)
+        for f in range(1, min(fanouts[t], remaining) + 1):
+            if remaining % f == 0 and members * f <= room:
+                extend(prefix + (f,), members * f, remaining // f)
+
+    extend((), 1, size)
+    for t in range(len(fanouts)):
+        if (size - 1) * spacing + 1 <= sizes[t]:
+            shapes.append(tuple(size if u == t else 1 for u in range(len(fanouts))))
+    if not shapes:  # a group cannot exist in this cluster: no bound beyond zero
+        return ShapeFloor(0.0, 0.0, 0.0, 0.0)
+    groups = [GroupShape(f, bandwidth, latency) for f in shapes]
+    rs = [g.reduce_scatter_terms() for g in groups]
+    a2a = [g.all_to_all_terms() for g in groups]
+    return ShapeFloor(min(a for a, _ in rs), min(b for _, b in rs), min(a for a, _ in a2a),
+                      min(b for _, b in a2a))
+
+
+def ring_floor(cluster: ClusterSpec, span: int) -> tuple[float, float]:
+    """Lower bound on :func:`ring_link` of rings spanning at least ``span`` consecutive
+    device indices: the ring's slowest link is on the tier of the smallest tier group
+    holding the ring, which must hold the span (minimum over those tiers, per term)."""
+    if span < 2:
+        return 0.0, 0.0
+    sizes = cluster.group_sizes()
+    tiers = [t for t, size in zip(cluster.tiers, sizes) if size >= span] or [cluster.tiers[-1]]
+    return min(t.latency for t in tiers), min(1.0 / t.effective_bandwidth for t in tiers)
+
+
+def pair_tier_floor(cluster: ClusterSpec, distance: int) -> int:
+    """Lowest :func:`tier_of_pair` of two devices ``distance`` apart: they are in different
+    groups of every tier whose groups are not larger than the distance."""
+    return sum(1 for size in cluster.group_sizes()[:-1] if size <= distance)
+
+
+# -- what NCCL achieves on each tier ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TierEfficiency:
+    """NCCL on one tier: ``bus_efficiency`` is the large-message bus bandwidth (nccl-tests
+    ``busbw``) as a fraction of the tier's nominal per-device bandwidth; ``step_latency``
+    the latency of one ring step (seconds), a floor under the tier's own latency."""
+
+    bus_efficiency: float
+    step_latency: float
+
+    def __post_init__(self):
+        if not 0 < self.bus_efficiency <= 1:
+            raise ValueError(f"bus_efficiency = {self.bus_efficiency!r}: must be in (0, 1]")
+        if not self.step_latency >= 0:
+            raise ValueError(f"step_latency = {self.step_latency!r}: must be >= 0")
+
+
+@dataclass(frozen=True)
+class CollectiveEfficiency:
+    """Achievable collective performance per tier, applied on top of the alpha-beta
+    formulas (which it leaves unchanged).
+
+    A collective of ``n`` bytes over ``k`` ranks of one tier then takes ``(k - 1) x
+    step_latency + (k - 1) / k x n / (bus_efficiency x bandwidth)`` per ring pass: its bus
+    bandwidth ``(k - 1) / k x n / time`` rises with the message size from the latency
+    floor and saturates at ``bus_efficiency x bandwidth``, the shape of nccl-tests'
+    ``busbw`` curves. ``scale_up`` applies to the innermost tier (NVLink/NVSwitch, a TPU
+    board), ``scale_out`` to every outer tier (the NICs: InfiniBand, RoCE, a TPU
+    fabric). Point-to-point pipeline transfers use the same tiers.
+
+    Defaults (:data:`NCCL_EFFICIENCY`), all public measurements:
+
+    * scale-up bus efficiency 0.80: ring all-reduce / all-gather / reduce-scatter on
+      8x H200 NVLink 4 reach 367.2 / 361.4 / 362.9 GB/s of 450 GB/s (80-82%; NVLS
+      all-reduce 480 GB/s, but Megatron's tensor-parallel collectives with sequence
+      parallelism are all-gathers and reduce-scatters, which NVLS does not accelerate)
+      (S. Bekman, *Machine Learning Engineering*, "SHARP",
+      https://github.com/stas00/ml-engineering/blob/master/network/README.md); an 8x A100
+      node measures 232.5 GB/s all-reduce busbw of 300 GB/s, 78%
+      (https://github.com/NVIDIA/nccl/issues/1048).
+    * scale-out bus efficiency 0.95: "On an NVIDIA DGX-A100 system we have 8x200Gbit/s IB
+      cards and we measure 192GB/s AllReduce BusBW" (24 of 25 GB/s per NIC, NCCL
+      maintainers, https://github.com/NVIDIA/nccl/issues/812 and /412); "For NDR @
+      400Gbps you should see 46-48GB/s per NIC" (https://github.com/NVIDIA/nccl-tests/issues/290).
+    * step latencies 3.4 us (NVLink) and 14 us (network): NCCL's own tuning model for
+      the ring algorithm with the Simple protocol that carries large messages
+      (``hwLat`` in ``src/graph/tuning.cc``, https://github.com/NVIDIA/nccl). Its 8.4 us
+      base latency per collective and the low-latency protocols NCCL picks for messages
+      below ~1 MB are not modelled (training collectives are megabytes).
+    """
+
+    scale_up: TierEfficiency = TierEfficiency(0.80, 3.4e-6)
+    scale_out: TierEfficiency = TierEfficiency(0.95, 14e-6)
+
+    def tier(self, index: int) -> TierEfficiency:
+        """The efficiency of tier ``index`` (0 = innermost)."""
+        return self.scale_up if index == 0 else self.scale_out
+
+    def bus_bandwidth(self, cluster: ClusterSpec, tier: int, ranks: int, nbytes: float) -> float:
+        """The bus bandwidth (bytes/s, nccl-tests convention) of a reduce-scatter or
+        all-gather of ``nbytes`` over ``ranks`` ranks of one tier, calibrated."""
+        t = calibrated_cluster(cluster, self).tiers[tier]
+        busbytes = (ranks - 1) / ranks * nbytes
+        return busbytes / ((ranks - 1) * t.latency + busbytes / t.effective_bandwidth)
+
+
+NCCL_EFFICIENCY = CollectiveEfficiency()
+"""The calibrated default (see :class:`CollectiveEfficiency`)."""
+
+RAW_EFFICIENCY = CollectiveEfficiency(TierEfficiency(1.0, 0.0), TierEfficiency(1.0, 0.0))
+"""The identity layer: nominal bandwidths and the tiers' own latencies."""
+
+
+def calibrated_cluster(cluster: ClusterSpec, efficiency: CollectiveEfficiency = NCCL_EFFICIENCY) -> ClusterSpec:
+    """``cluster`` with every tier at the bandwidth and latency collectives achieve on it.
+
+    The same devices and tier sizes; tier ``t``'s bandwidth is multiplied by its
+    ``bus_efficiency`` and its latency raised to at least its ``step_latency``. Every
+    price of this module (and the planner's tables, which read tiers the same way) on
+    the returned cluster is the calibrated one; on ``cluster`` it is the raw one.
+
+    A cluster priced on a graph (``cluster.graph``) is returned unchanged: its links are
+    priced as the graph gives them, and which links are scale-up or scale-out is the
+    graph builder's knowledge (:mod:`nest.network.graph` can apply the same two factors to its
+    link attributes).
+    """
+    if getattr(cluster, "graph", None) is not None:
+        return cluster
+    tiers = []
+    for index, tier in enumerate(cluster.tiers):
+        e = efficiency.tier(index)
+        tiers.append(replace(tier, bandwidth=tier.bandwidth * e.bus_efficiency,
+                             latency=max(tier.latency, e.step_latency)))
+    return replace(cluster, tiers=tuple(tiers))

@@ -1,0 +1,268 @@
+"""The parallel configuration: one home for the degrees and the settings that go with them.
+
+* :class:`LayerConfig` fixes what shapes one node's compute and memory on one device:
+  tensor, context and expert parallel degrees, sequence parallelism, micro-batch,
+  recomputation, and whether the head stage keeps a copy of tied embeddings.
+* :class:`Candidate` adds the pipeline and data-parallel degrees, the virtual stages per
+  pipeline rank (interleaving), the ZeRO stage and the rank order: one point of the
+  search space. :meth:`Candidate.parallelism` is the ``parallelism`` object of a plan's
+  JSON document, and :meth:`Candidate.of_parallelism` reads it back.
+* :class:`ConfigArrays` and :class:`CandidateArrays` are the same as columns (one entry
+  per configuration or candidate), which is how the cost model prices thousands at once.
+* :class:`SpaceLimits` restricts the search to given values of each dimension.
+
+Rank orders name the parallel dimensions innermost first (Megatron-LM's default
+``tp-cp-ep-dp-pp``: tensor-parallel peers are adjacent ranks, pipeline stages farthest
+apart); :mod:`nest.network.layout` turns one into device positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import SpecError
+
+RECOMPUTE_MODES = ("none", "selective", "full")
+"""Activation recomputation: none, the attention core only (selective), whole blocks (full)."""
+
+ZERO_STAGES = (0, 1, 2, 3)
+"""ZeRO stages: 0 replicated, 1 optimizer state sharded (Megatron's distributed optimizer),
+2 also gradients, 3 also parameters."""
+
+DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
+"""The dimensions a rank order names."""
+
+DEFAULT_ORDER = "tp-cp-ep-dp-pp"
+"""Megatron-LM's default rank order, innermost first."""
+
+RANK_ORDERS = (DEFAULT_ORDER, "tp-cp-ep-pp-dp")
+"""The rank orders the search tries by default."""
+
+
+def parse_order(order: str) -> tuple[str, ...]:
+    """The dimensions of a rank-order string such as ``tp-cp-ep-dp-pp``, innermost first;
+    SpecError unless it names each of :data:`DIMENSIONS` once."""
+    dims = tuple(order.split("-")) if isinstance(order, str) else ()
+    if sorted(dims) != sorted(DIMENSIONS):
+        raise SpecError(f"rank_order = {order!r}: must name each of {', '.join(DIMENSIONS)} once, "
+                        "innermost first, separated by '-'")
+    return dims
+
+
+@dataclass(frozen=True)
+class LayerConfig:
+    """Everything that shapes one node's per-micro-batch compute and memory on one device."""
+
+    tp: int
+    sp: bool
+    micro_batch: int
+    recompute: str
+    tied_copy: bool = False  # the head stage keeps its own copy of tied embeddings
+    cp: int = 1
+    ep: int = 1
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration: layer config, pipeline/data degrees, interleaving, ZeRO, order."""
+
+    cfg: LayerConfig
+    pp: int
+    dp: int
+    vp: int = 1
+    zero: int = 0
+    order: str = DEFAULT_ORDER
+
+    @property
+    def devices(self) -> int:
+        return self.cfg.tp * self.cfg.cp * self.dp * self.pp
+
+    @property
+    def virtual_stages(self) -> int:
+        return self.pp * self.vp
+
+    @property
+    def expert_dp(self) -> int:
+        """Ranks holding the same experts (MoE parallel folding with expert TP = 1)."""
+        return self.cfg.tp * self.cfg.cp * self.dp // self.cfg.ep
+
+    def degrees(self) -> dict[str, int]:
+        """The degrees a rank order lays out (expert ranks fold into the stage's ranks)."""
+        return {"tp": self.cfg.tp, "cp": self.cfg.cp, "dp": self.dp, "pp": self.pp}
+
+    def parallelism(self, micro_batches: int) -> dict:
+        """The ``parallelism`` object of a plan's JSON document."""
+        cfg = self.cfg
+        return {"tp": cfg.tp, "pp": self.pp, "dp": self.dp, "cp": cfg.cp, "ep": cfg.ep, "sp": cfg.sp,
+                "vp": self.vp, "zero": self.zero, "distributed_optimizer": self.zero >= 1,
+                "recompute": cfg.recompute, "micro_batch": cfg.micro_batch,
+                "num_microbatches": micro_batches, "rank_order": self.order,
+                "expert_tp": 1, "expert_dp": self.expert_dp}
+
+    @staticmethod
+    def of_parallelism(parallelism: dict, tied_embeddings: bool) -> "Candidate":
+        """The candidate of a plan's ``parallelism`` object (``tied_embeddings``: the
+        model's, which decides the head stage's copy)."""
+        p = parallelism
+        cfg = LayerConfig(p["tp"], bool(p["sp"]), p["micro_batch"], p["recompute"],
+                          tied_embeddings and p["pp"] > 1, p.get("cp", 1), p.get("ep", 1))
+        return Candidate(cfg, p["pp"], p["dp"], p.get("vp", 1), p.get("zero", 0),
+                         p.get("rank_order", DEFAULT_ORDER))
+
+
+@dataclass(frozen=True)
+class ConfigArrays:
+    """Many layer configurations as columns (``recompute`` holds indices into
+    ``RECOMPUTE_MODES``), for pricing them all with numpy at once."""
+
+    tp: np.ndarray
+    sp: np.ndarray
+    micro_batch: np.ndarray
+    recompute: np.ndarray
+    tied_copy: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.tp)
+
+    @staticmethod
+    def of(configs: Sequence[LayerConfig]) -> "ConfigArrays":
+        mode = {name: i for i, name in enumerate(RECOMPUTE_MODES)}
+        col = lambda get, dtype=np.int64: np.array([get(c) for c in configs], dtype=dtype)  # noqa: E731
+        return ConfigArrays(col(lambda c: c.tp), col(lambda c: c.sp, bool), col(lambda c: c.micro_batch),
+                            col(lambda c: mode[c.recompute]), col(lambda c: c.tied_copy, bool),
+                            col(lambda c: c.cp), col(lambda c: c.ep))
+
+    def take(self, index: np.ndarray) -> "ConfigArrays":
+        return ConfigArrays(*(getattr(self, f)[index] for f in
+                              ("tp", "sp", "micro_batch", "recompute", "tied_copy", "cp", "ep")))
+
+    def config(self, i: int) -> LayerConfig:
+        return LayerConfig(int(self.tp[i]), bool(self.sp[i]), int(self.micro_batch[i]),
+                           RECOMPUTE_MODES[int(self.recompute[i])], bool(self.tied_copy[i]),
+                           int(self.cp[i]), int(self.ep[i]))
+
+
+class ConfigList(Sequence):
+    """The :class:`LayerConfig` of every row of a :class:`ConfigArrays`, built when read."""
+
+    def __init__(self, arrays: ConfigArrays):
+        self.arrays = arrays
+        self._built: dict[int, LayerConfig] = {}
+
+    def __len__(self) -> int:
+        return len(self.arrays)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = int(i)
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        if i not in self._built:
+            self._built[i] = self.arrays.config(i)
+        return self._built[i]
+
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other)
+
+
+@dataclass
+class CandidateArrays:
+    """Candidates as columns: ``config`` indexes a sequence of layer configurations (and
+    their :class:`ConfigArrays`), ``order`` indexes ``orders``."""
+
+    config: np.ndarray
+    pp: np.ndarray
+    dp: np.ndarray
+    vp: np.ndarray
+    zero: np.ndarray
+    order: np.ndarray
+    orders: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.config)
+
+    def take(self, index) -> "CandidateArrays":
+        return CandidateArrays(self.config[index], self.pp[index], self.dp[index], self.vp[index],
+                               self.zero[index], self.order[index], self.orders)
+
+    def candidate(self, configs: Sequence[LayerConfig], i: int) -> Candidate:
+        """Candidate ``i`` with its layer configuration from ``configs``."""
+        return Candidate(configs[int(self.config[i])], int(self.pp[i]), int(self.dp[i]),
+                         int(self.vp[i]), int(self.zero[i]), self.orders[int(self.order[i])])
+
+    def degrees(self, arrays: ConfigArrays) -> "DegreeColumns":
+        """The candidates' degrees and rank orders, their layer configurations' from
+        ``arrays`` (the columns ``config`` indexes)."""
+        return DegreeColumns(arrays.tp[self.config], arrays.cp[self.config], arrays.ep[self.config], self.dp,
+                             self.pp, self.order, self.orders)
+
+    @staticmethod
+    def of(cands: Sequence[Candidate]) -> tuple[list[LayerConfig], "CandidateArrays"]:
+        """The distinct layer configurations of ``cands`` (first use first) and the
+        candidates as columns indexing them."""
+        configs = list(dict.fromkeys(c.cfg for c in cands))
+        where = {cfg: i for i, cfg in enumerate(configs)}
+        orders = tuple(dict.fromkeys(c.order for c in cands)) or (DEFAULT_ORDER,)
+        column = lambda get: np.array([get(c) for c in cands], dtype=np.int64)  # noqa: E731
+        return configs, CandidateArrays(column(lambda c: where[c.cfg]), column(lambda c: c.pp),
+                                        column(lambda c: c.dp), column(lambda c: c.vp),
+                                        column(lambda c: c.zero), column(lambda c: orders.index(c.order)),
+                                        orders)
+
+
+@dataclass(frozen=True)
+class DegreeColumns:
+    """What places a candidate's ranks, one entry per candidate: the degrees and the rank
+    order (``order`` indexes ``orders``)."""
+
+    tp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    dp: np.ndarray
+    pp: np.ndarray
+    order: np.ndarray
+    orders: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.tp)
+
+    def keys(self):
+        """``(tp, cp, dp, pp, ep, order name)`` of every candidate: what its placement
+        depends on."""
+        return zip(self.tp.tolist(), self.cp.tolist(), self.dp.tolist(), self.pp.tolist(), self.ep.tolist(),
+                   (self.orders[o] for o in self.order.tolist()))
+
+
+@dataclass(frozen=True)
+class SpaceLimits:
+    """Optional restrictions of the search space (None: search that dimension).
+
+    Each field fixes a dimension to the given values (``tp=(8,)``) or leaves it free.
+    """
+
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    dp: tuple[int, ...] | None = None
+    cp: tuple[int, ...] | None = None
+    ep: tuple[int, ...] | None = None
+    vp: tuple[int, ...] | None = None
+    micro_batch: tuple[int, ...] | None = None
+    recompute: tuple[str, ...] | None = None
+    sp: tuple[bool, ...] | None = None
+    zero: tuple[int, ...] | None = None
+    rank_order: tuple[str, ...] | None = None
+
+    def orders(self) -> tuple[str, ...]:
+        """The rank orders to search (validated): the limit, else :data:`RANK_ORDERS`."""
+        orders = tuple(self.rank_order or RANK_ORDERS)
+        for order in orders:
+            parse_order(order)
+        return orders

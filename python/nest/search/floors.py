@@ -1,0 +1,255 @@
+"""Lower bounds of the search: on a candidate's closed form, its schedule and its memory.
+
+The search (:mod:`nest.search.search`) discards a candidate only when one of these
+bounds exceeds the incumbent. ``lb1`` (:func:`partial_bound`) bounds every candidate of a
+partial (degrees but the ZeRO stage and the rank order known), ``lb2``
+(:func:`candidate_bound`) a full candidate before it is priced exactly, and
+:func:`table_bound` a priced one before the stage DP solves it; :func:`memory_bound` is
+the memory filter (the most frugal sharding).
+
+Why the bounds are valid:
+
+* *Floors*: a group of ``n`` ranks whose members are at least ``d`` device indices apart
+  (``d`` the smallest stride of its dimensions under the rank order; EP groups are runs of
+  a stage's ranks, expert-DP groups take every ``ep``-th) has one of the shapes
+  :class:`~nest.network.tiers.ShapeFloor` enumerates, so each alpha/beta term of its price is at
+  least that term's minimum over them; a ring spanning at least ``(n - 1) d + 1`` devices
+  sits on a tier whose groups hold that span (:func:`~nest.network.tiers.ring_floor`); a pipeline
+  pair a stride ``q`` apart is in different groups of every tier whose groups have at most
+  ``q`` devices (:func:`~nest.network.tiers.pair_tier_floor`). Degrees unknown for ``lb1`` are
+  taken as 1, which only shrinks strides. Every price is built from these terms and the
+  node's fixed costs by additions, multiplications by non-negative numbers and ``max(0,
+  .)``; IEEE rounding is monotone, so lower terms give lower or equal seconds, and
+  rounding to picoseconds and ``G(w) = floor(g0 + g1 w + 0.5)`` are monotone too.
+* *Split*: for any split into ``P`` stages, ``sum_k T_k = sum of node times + 2 x sum over
+  boundaries of the send of the boundary node`` (the stage before sends its output
+  forward, the stage after sends the gradient back, both on the boundary's tier), so
+  ``max_k T_k >= ceil(sum_k T_k / P)`` (interleaved: :func:`nest.schedule.pipeline.stage_floor`
+  bounds ``scale x max T + head_scale x H`` from the same sum); the stage holding the
+  slowest node also sends at least once when ``P > 1``. The heaviest stage has
+  ``W >= max(ceil(sum W / P), max node W)``. The objective
+  ``scale x max T + head_scale x H + offset + G(max W)`` is monotone in all of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..cost.pricing import kind_times, sync_columns, sync_weights
+from ..cost.scenario import ConfigTable, Scenario
+from ..network.placement import to_ps
+from ..parallel import DEFAULT_ORDER, CandidateArrays
+from ..schedule import pipeline
+from ..units import PS
+from .space import PartialChunk, Partials
+
+ONE_F_ONE_B_MARGIN = 0.10
+"""With the ``"schedule"`` ranking, a 1F1B candidate is solved while the closed form's
+lower bound is within this fraction of the best schedule (the closed form is an upper
+bound of a 1F1B schedule, and close to it: nest's plans of every preset within 5.3%);
+``None`` bounds 1F1B candidates by :func:`nest.schedule.pipeline.schedule_floor` like interleaved
+ones, which is exact but leaves the fill and drain out and so solves many more."""
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """How the ``"schedule"`` ranking bounds candidates: interleaved ones (and every one
+    when ``margin`` is None) by a lower bound on the schedule itself
+    (:func:`nest.schedule.pipeline.schedule_floor`), 1F1B ones by the closed form's lower bound,
+    which may exceed the best schedule by ``margin``."""
+
+    margin: float | None = ONE_F_ONE_B_MARGIN
+
+    def uses_floor(self, vp) -> np.ndarray:
+        vp = np.asarray(vp)
+        return vp > 1 if self.margin is not None else np.ones(vp.shape, dtype=bool)
+
+    def bound(self, vp, closed_form, floor) -> np.ndarray:
+        """The bound a candidate is compared with: the schedule floor or the closed form's."""
+        return np.where(self.uses_floor(vp), floor, closed_form)
+
+    def slack(self, vp) -> np.ndarray:
+        """The fraction by which a candidate's bound may exceed the best schedule."""
+        return np.where(self.uses_floor(vp), 0.0, self.margin or 0.0)
+
+def ceil_div(a, b):
+    return -(-a // b)
+
+
+def config_sums(scn: Scenario, kind_values: np.ndarray) -> np.ndarray:
+    """Per row, the sum over the layer chain of per-kind integers."""
+    return (kind_values * scn.kind_count).sum(axis=1)
+
+
+def memory_factors(scn: Scenario, table: ConfigTable) -> tuple[np.ndarray, np.ndarray]:
+    """Per configuration, the factors of :func:`memory_bound` (one row each, a single
+    gather): dense and expert parameter bytes, cp, tp x cp, ep, activation bytes; and the
+    fixed part (reserved + transient)."""
+    def compute():
+        arrays = table.arrays
+        opt, wb = scn.job.optimizer, scn.weight_bytes
+        per_param = wb + opt.grad_bytes + opt.sharded_bytes
+        return (np.stack([config_sums(scn, table.cols["params_dense"]) * per_param, arrays.cp,
+                          config_sums(scn, table.cols["params_expert"]) * per_param, arrays.tp * arrays.cp,
+                          arrays.ep, config_sums(scn, table.cols["act_bytes"])], axis=1),
+                scn.job.reserved_memory_bytes + table.transient)
+    return table.cached("memory", compute)
+
+
+def memory_bound(scn: Scenario, table: ConfigTable, partials: Partials) -> np.ndarray:
+    """Lower bound on the peak memory per device (the most frugal sharding: ZeRO-3 over
+    data x context, experts over theirs; activations of one micro-batch per stage)."""
+    per_config, fixed = memory_factors(scn, table)
+    c, p, dp = partials.config, partials.pp, partials.dp
+    dense, cp, expert, tp_cp, ep, acts = per_config[c].T
+    return fixed[c] + (dense / (dp * cp) + expert / (tp_cp * dp // ep) + acts) / p
+
+
+def chunk_memory(scn: Scenario, table: ConfigTable, chunk: PartialChunk) -> np.ndarray:
+    """:func:`memory_bound` of a chunk's partials: the parameter terms are one value per
+    loop combination (all its partials have the same parameters), then the remaining
+    operations per partial, in the same order."""
+    per_config, fixed = memory_factors(scn, table)
+    first = np.concatenate(([0], np.flatnonzero(np.diff(chunk.owner)) + 1))
+    dense, cp, expert, tp_cp, ep, _ = per_config[chunk.config[first]].T
+    shared = dense / (chunk.dp * cp) + expert / (tp_cp * chunk.dp // ep)
+    owner = chunk.owner
+    return fixed[chunk.config] + (shared[owner] + per_config[chunk.config, 5]) / chunk.pp[owner]
+
+
+def send_floors(scn: Scenario, table: ConfigTable) -> np.ndarray:
+    """``[config, tier]``: the cheapest send of any node but the last on that tier or
+    any tier above it (what a boundary at least costs when it crosses that tier)."""
+    senders = np.unique(scn.kind_index[:-1])
+    if not len(senders):
+        return np.zeros(table.send_ps.shape[:2], dtype=np.int64)
+    cheapest = table.send_ps[:, :, senders].min(axis=2)
+    return np.minimum.accumulate(cheapest[:, ::-1], axis=1)[:, ::-1]
+
+
+def stage_floors(t_sum, t_max, positions, send):
+    """Lower bounds on the sum of the stage times of any split into ``positions`` stages
+    (the node times and two sends per boundary) and on its slowest stage (the one of the
+    slowest node, which sends at least once when there are several stages)."""
+    send = np.where(positions > 1, send, 0)
+    return t_sum + 2 * (positions - 1) * send, t_max + send
+
+
+def sync_floor(g0, g1, w_sum, w_max, positions):
+    """``G`` of the stage with the most parameters, at least (as the DP evaluates it)."""
+    w_floor = np.maximum(ceil_div(w_sum, positions), w_max)
+    return np.floor(g0 + g1 * w_floor.astype(np.float64) + 0.5).astype(np.int64)
+
+
+def partial_bound(scn: Scenario, table: ConfigTable, partials: Partials, index: np.ndarray,
+                   orders: tuple[str, ...], ranking: "Ranking | None" = None) -> np.ndarray:
+    """``lb1`` of the partials at ``index`` (see the module docstring)."""
+    return partial_bound_of(scn, table, partials.config[index], partials.pp[index], partials.dp[index],
+                             partials.vp[index], orders, ranking)
+
+
+def partial_bound_of(scn: Scenario, table: ConfigTable, c, p, dp, v, orders: tuple[str, ...],
+                      ranking: "Ranking | None" = None) -> np.ndarray:
+    def compute():
+        pseudo = CandidateArrays(np.arange(len(table)), *(np.ones(len(table), dtype=np.int64) for _ in range(3)),
+                                 np.zeros(len(table), dtype=np.int64), np.zeros(len(table), dtype=np.int64),
+                                 orders)
+        # degrees unknown at this level are 1: strides, hence spacings, only shrink
+        terms = scn.placer.floor_terms(pseudo.degrees(table.arrays), any_of=orders)
+        kinds = to_ps(kind_times(scn, table, pseudo, terms, zero_comm=False).total)
+        return np.stack([config_sums(scn, kinds), kinds.max(axis=1), send_floors(scn, table)[:, 0],
+                         table.arrays.micro_batch], axis=1)
+    t_sum, t_max, send, micro_batch = table.cached(("lb1", orders), compute)[c].T
+    m = scn.job.micro_batches(dp, micro_batch)
+    floors = stage_floors(t_sum, t_max, p * v, send)
+    closed_form = pipeline.time_bound(m, v, p, t_sum, *floors, send)
+    if ranking is None:
+        return closed_form
+    rounding = pipeline.rounding_ps(m, v, scn.num_nodes, p * v)
+    return ranking.bound(v, closed_form, pipeline.schedule_floor(m, p, *floors, rounding=rounding))
+
+
+def candidate_bound(scn: Scenario, table: ConfigTable, cands: CandidateArrays,
+                     ranking: "Ranking | None" = None) -> np.ndarray:
+    """``lb2`` of every candidate (see the module docstring)."""
+    degrees = cands.degrees(table.arrays)
+    terms = scn.placer.floor_terms(degrees)
+    kinds = to_ps(kind_times(scn, table, cands, terms).total)
+    positions = cands.pp * cands.vp
+    send = table.cached("sends", lambda: send_floors(scn, table))[cands.config, scn.placer.boundary_floor(degrees)]
+    micro = scn.job.micro_batches(cands.dp, table.arrays.micro_batch[cands.config])
+    sync = sync_columns(scn, cands, terms)
+    weights = to_ps(sync_weights(scn, table, cands, sync))
+    g = sync_floor(sync["fixed_s"] * PS, cands.vp.astype(np.float64), config_sums(scn, weights),
+                    weights.max(axis=1), positions)
+    t_sum = config_sums(scn, kinds)
+    floors = stage_floors(t_sum, kinds.max(axis=1), positions, send)
+    closed_form = pipeline.time_bound(micro, cands.vp, cands.pp, t_sum, *floors, send) + g
+    if ranking is None:
+        return closed_form
+    mean = sync_floor(sync["fixed_s"] * PS, cands.vp.astype(np.float64), config_sums(scn, weights), 0, positions)
+    rounding = pipeline.rounding_ps(micro, cands.vp, scn.num_nodes, positions)
+    return ranking.bound(cands.vp, closed_form, pipeline.schedule_floor(micro, cands.pp, *floors, mean, rounding))
+
+
+def table_bound(rows: dict, ranking: "Ranking | None" = None) -> np.ndarray:
+    """Lower bound on each candidate's objective from its exact tables: the time floor
+    with the cheapest send of each boundary's own tier, and the sync floor (with a
+    ``ranking``: :meth:`Ranking.bound`)."""
+    offset = rows["pos_offset"]
+    positions = np.diff(offset)
+    n = len(positions)
+    owner = np.repeat(np.arange(n), positions)
+    boundary = rows["pos_tier"] >= 0
+    cheapest = rows["send_ps"][:, :, :-1].min(axis=2) if rows["send_ps"].shape[2] > 1 else \
+        np.zeros(rows["send_ps"].shape[:2], dtype=np.int64)
+    sends = cheapest[owner[boundary], rows["pos_tier"][boundary]]
+    send_sum = np.zeros(n, dtype=np.int64)
+    np.add.at(send_sum, owner[boundary], sends)
+    send_min = np.full(n, np.iinfo(np.int64).max)
+    np.minimum.at(send_min, owner[boundary], sends)
+    send_min = np.where(positions > 1, send_min, 0)
+    time_ps, params = rows["time_ps"], rows["params"]
+    floors = time_ps.sum(axis=1) + 2 * send_sum, time_ps.max(axis=1) + send_min
+    floor = pipeline.stage_floor(rows["scale"], rows["head_scale"], positions, *floors)
+    g = sync_floor(rows["g0"], rows["g1"], params.sum(axis=1), params.max(axis=1), positions)
+    closed_form = floor + rows["offset"] + g
+    if ranking is None:
+        return closed_form
+    mean = sync_floor(rows["g0"], rows["g1"], params.sum(axis=1), 0, positions)
+    rounding = pipeline.rounding_ps(rows["micro_batches"], rows["vp"], time_ps.shape[1], positions)
+    return ranking.bound(rows["vp"], closed_form,
+                         pipeline.schedule_floor(rows["micro_batches"], rows["pp"], *floors, mean, rounding))
+
+
+def inner_kind_ps(scn: Scenario, table: ConfigTable, with_comm: bool, index: np.ndarray) -> np.ndarray:
+    """Per configuration of ``index``, per kind: picoseconds on the configuration's
+    innermost layout (default rank order, ``dp = ep``, one stage), or of compute alone."""
+    index = np.asarray(index, dtype=np.int64)
+    if not with_comm:
+        return to_ps(table.cols["compute_s"][index])
+    arrays, ones, zeros = table.arrays, np.ones(len(index), dtype=np.int64), np.zeros(len(index), dtype=np.int64)
+    cands = CandidateArrays(index, ones, arrays.ep[index], ones, zeros, zeros, (DEFAULT_ORDER,))
+    terms, _ = scn.placer.exact_terms(cands.degrees(arrays))
+    return to_ps(kind_times(scn, table, cands, terms, zero_comm=False).total)
+
+
+def cheap_bound(scn: Scenario, table: ConfigTable, partials: Partials, index: np.ndarray,
+           orders: tuple[str, ...]) -> np.ndarray:
+    """The cheap bound earlier versions sorted partials by: ``(m v + p - 1) x max(ceil(sum /
+    (p v)), largest node)``, node times on the configuration's innermost layout."""
+    c = partials.config[index]
+    with_comm = all(o.startswith("tp-cp-") for o in orders)
+    cache = table.cached(("cheap", with_comm), dict)
+    missing = np.setdiff1d(c, np.fromiter(cache, dtype=np.int64, count=len(cache)))
+    if len(missing):
+        kinds = inner_kind_ps(scn, table, with_comm, missing)
+        for i, t_sum, t_max in zip(missing.tolist(), config_sums(scn, kinds).tolist(), kinds.max(axis=1).tolist()):
+            cache[i] = (t_sum, t_max)
+    t_sum = np.array([cache[i][0] for i in c.tolist()], dtype=np.int64)
+    t_max = np.array([cache[i][1] for i in c.tolist()], dtype=np.int64)
+    p, v = partials.pp[index], partials.vp[index]
+    m = scn.job.micro_batches(partials.dp[index], table.arrays.micro_batch[c])
+    return (m * v + p - 1) * np.maximum(ceil_div(t_sum, p * v), t_max)

@@ -1,0 +1,369 @@
+"""The search: bound every candidate, solve the promising ones with the stage DP.
+
+The stage DP splits every candidate it solves by the closed form of its schedule
+(:mod:`nest.schedule.pipeline`). Candidates are ranked by their *score*:
+
+* ``ranking="closed-form"``: the closed form itself (the DP's objective). The result is
+  the candidate with the smallest objective and, among equal objectives, the first in
+  the order ``(cheap bound, partial index, expansion position)`` -- the order in which
+  earlier versions of nest solved candidates, so ties resolve as they did.
+* ``ranking="schedule"`` (the default): the exact time of the schedule of that split
+  (:mod:`nest.schedule.step`), the step time the plan reports; ties by the closed form, then
+  the same order. The closed form over-prices interleaved schedules whose chunks differ
+  (a rank's load is the sum of its own chunks, not ``v`` times the slowest), by 20-60%
+  on some candidates, so it cannot rank them.
+
+Everything else only decides how fast that candidate is found: candidates are discarded
+only by lower bounds, compared non-strictly (a candidate whose bound equals the
+incumbent is still solved, so ties are seen). With ``"closed-form"`` the bounds below
+bound the objective. With ``"schedule"`` an interleaved candidate is bounded by
+:func:`nest.schedule.pipeline.schedule_floor` of the same sums (the busiest rank's work and the
+ranks' mean sync, the slowest stage run ``m`` times, one micro-batch's round trip),
+which bounds its schedule, and its solved split is timed unless its busiest rank's work
+alone exceeds the incumbent; a 1F1B candidate is bounded by the closed form's bound and
+solved while that is within :data:`ONE_F_ONE_B_MARGIN` of the best score (the closed
+form is at most that much above a 1F1B schedule on the candidates that matter; with the
+margin set to ``None`` every candidate is bounded by the schedule floor, which is exact
+but solves 3-8x more candidates).
+
+1. **Partials** (everything but the ZeRO stage and the rank order) are enumerated in
+   chunks (:class:`~nest.search.space.PartialSpace`). The memory filter is the historical one
+   (the most frugal sharding). ``lb1`` bounds every candidate of a partial:
+   :func:`nest.schedule.pipeline.stage_floor` of a stage sum ``sum t + 2 (P - 1) s`` and a slowest
+   stage ``max t + s`` (for 1F1B ``scale x max(ceil(stage sum / P), max t + s)``), plus
+   ``fill``, with ``P = p v`` and the closed form's scales (:mod:`nest.schedule.pipeline`; for
+   1F1B ``fill = sum t + 2 (P - 1) s`` bounds its split-independent sum of stage times,
+   else 0),
+   node times ``t`` whose communication terms are floors (below), ZeRO-2/3 traffic and the
+   end-of-step sync left out (both >= 0), and ``s`` the cheapest send of any node's output
+   on any tier. One pass keeps at least ``KEEP`` partials with the smallest ``lb1``;
+   another pass collects the rest only if the best objective exceeds the largest kept.
+2. **Blocks** of the smallest ``lb1`` (every partial up to a threshold) are expanded while
+   ``lb1`` does not exceed the incumbent; each full candidate gets ``lb2``: the same time
+   bound with its own ZeRO-2/3 traffic, rank-order strides and pipeline tiers, plus
+   ``G(w_floor)``, the sync and optimizer step of the heaviest stage at floor prices.
+3. **Pricing**: candidates are priced exactly in ``lb2`` order, ``SUB_BATCH`` at a time;
+   those whose exact-table bound (exact node times, the cheapest send on each boundary's
+   real tier, exact sync prices) does not exceed the incumbent go to the stage DP.
+
+The bounds and why they are valid: :mod:`nest.search.floors`.
+
+Batches are formed from the data and the incumbent only, never from thread timing, and
+the DP's result does not depend on the thread count: the search is deterministic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..cost.pricing import price
+from ..cost.scenario import ConfigTable, Scenario
+from ..dp import engine as engines
+from ..dp.problem import INF, SOLVED, DPProblem, DPResult
+from ..dp.reference import stage_details, stage_times
+from ..errors import InfeasibleError, SpecError
+from ..parallel import Candidate, CandidateArrays, SpaceLimits
+from ..schedule.step import batch_step_s, batch_timing
+from ..schedule.tasks import BatchTasks
+from ..units import PS
+from . import diagnose
+from .floors import Ranking, candidate_bound, cheap_bound, chunk_memory, memory_bound, partial_bound_of, table_bound
+from .problems import build_problem, dp_rows, ends_of, select
+from .space import Partials, PartialSpace, enumerate_partials, expand_arrays
+
+BLOCK = 2048
+"""Partial candidates (at least) whose full candidates are bounded together."""
+
+SUB_BATCH = 64
+"""Candidates priced exactly and handed to the stage DP per call."""
+
+RANKINGS = ("schedule", "closed-form")
+"""What :func:`plan` ranks candidates by: the exact schedule of their DP split, or the
+closed form the DP minimises."""
+
+
+
+
+@dataclass
+class SearchOutcome:
+    """The winning candidate with its batch problem and result, and search statistics.
+
+    ``evaluated``: candidates the stage DP solved; ``total``: candidates priced exactly
+    (tables built); ``bounded``: full candidates given a lower bound; ``partials``:
+    partial candidates enumerated.
+    """
+
+    candidate: Candidate
+    problem: DPProblem
+    result: DPResult
+    local: int
+    evaluated: int
+    total: int
+    bounded: int = 0
+    partials: int = 0
+
+
+class _Search:
+    """State of one search: the incumbent, its score and tie-breaking key, and counters.
+
+    A candidate's score is its closed form (``ranking`` None) or the exact time of its
+    DP split's schedule, in picoseconds; a candidate is solved while its bound
+    (:class:`~nest.search.floors.Ranking`) does not exceed :meth:`limit`."""
+
+    def __init__(self, scn: Scenario, table: ConfigTable, partials: Partials, numbers: np.ndarray,
+                 limits: SpaceLimits, engine: str, threads: int | None, ranking: Ranking | None = None):
+        self.scn, self.table, self.partials, self.limits = scn, table, partials, limits
+        self.numbers = numbers  # each partial's index in the whole enumeration
+        self.engine, self.threads = engine, threads
+        self.orders = limits.orders()
+        self.score = INF
+        self.key: tuple | None = None
+        self.best: SearchOutcome | None = None
+        self.evaluated = self.priced = self.bounded = 0
+        self.ranking = ranking  # None: by the closed form
+        self.closed_form = INF  # the incumbent's
+
+    def limit(self, vp) -> np.ndarray:
+        """Per candidate (by its ``vp``): the largest closed form, or bound on it, that can
+        still beat the incumbent."""
+        vp = np.asarray(vp)
+        if self.score >= INF:
+            return np.full(vp.shape, INF, dtype=np.int64)
+        if self.ranking is None:
+            return np.full(vp.shape, self.score, dtype=np.int64)
+        return self.score + (self.score * self.ranking.slack(vp)).astype(np.int64)
+
+    @property
+    def widest_limit(self) -> int:
+        """:meth:`limit` of the schedule with the widest margin."""
+        return int(self.limit(np.array([1, 2])).max())
+
+    def extend(self, partials: Partials, numbers: np.ndarray) -> None:
+        """Add partials (found by a later pass) to the ones blocks index into."""
+        old = self.partials
+        self.partials = Partials(old.configs, *(np.concatenate((getattr(old, f), getattr(partials, f)))
+                                                for f in ("config", "pp", "dp", "vp")), old.config_arrays)
+        self.numbers = np.concatenate((self.numbers, numbers))
+
+    def block(self, index: np.ndarray) -> None:
+        """Bound the full candidates of the partials at ``index``; price and solve the
+        promising ones, best bound first."""
+        cands, source, position = expand_arrays(self.partials, index, self.limits)
+        self.bounded += len(cands)
+        bound = candidate_bound(self.scn, self.table, cands, self.ranking)
+        order = np.flatnonzero(bound <= self.limit(cands.vp))
+        order = order[np.argsort(bound[order], kind="stable")]
+        for start in range(0, len(order), SUB_BATCH):
+            sub = order[start:start + SUB_BATCH]
+            sub = sub[bound[sub] <= self.limit(cands.vp[sub])]
+            if not len(sub):
+                if bound[order[start]] > self.widest_limit:
+                    break  # sorted: every later candidate is bounded out too
+                continue
+            self._solve(cands.take(sub), source[sub], position[sub])
+
+    def _solve(self, cands: CandidateArrays, source: np.ndarray, position: np.ndarray) -> None:
+        priced = price(self.scn, self.table, cands)
+        rows = dp_rows(priced)
+        micro = rows["micro_batches"]
+        self.priced += len(cands)
+        bound = table_bound(rows, self.ranking)
+        keep = bound <= self.limit(cands.vp)
+        if not keep.any():
+            return
+        rows = select(rows, keep)
+        kept = np.flatnonzero(keep)  # the priced row of each kept candidate
+        cands, source, position, micro = cands.take(keep), source[keep], position[keep], micro[keep]
+        bound = bound[keep]
+        if self.ranking is not None:
+            # the DP drops a candidate whose bound exceeds the best closed form it has
+            # seen, which is at least the schedule of that candidate
+            bound = (bound / (1.0 + self.ranking.slack(cands.vp))).astype(np.int64)
+        problem = build_problem(self.scn, rows, lower_bound=bound)
+        result = engines.solve(problem, self.engine, self.threads)
+        self.evaluated += result.evaluated
+        solved = np.flatnonzero((result.status == SOLVED) & self._may_win(result.objective, cands.vp))
+        if not len(solved):
+            return
+        cheap = cheap_bound(self.scn, self.table, self.partials, source[solved], self.orders)
+        keys = [(int(b), int(s), int(p)) for b, s, p in zip(cheap, self.numbers[source[solved]], position[solved])]
+        tasks = None
+        for n, key in sorted(zip(solved.tolist(), keys), key=lambda e: (int(result.objective[e[0]]), e[1])):
+            closed_form = int(result.objective[n])
+            if not self._may_win(closed_form, cands.vp[n]):
+                continue  # the incumbent improved since the batch was filtered
+            if self.ranking is None:
+                score = closed_form
+            elif work_floor_ps(problem, result, n, int(cands.pp[n]), int(micro[n])) > self.score:
+                continue  # its busiest rank alone takes longer than the incumbent's step
+            else:
+                tasks = tasks or BatchTasks.of(priced)
+                score = self._schedule_ps(tasks, int(kept[n]), problem, result, n)
+            if (score, closed_form, key) < (self.score, self.closed_form, self.key or ()):
+                self.score, self.closed_form, self.key = score, closed_form, key
+                self.best = SearchOutcome(cands.candidate(self.table.configs, n), problem, result, n, 0, 0)
+
+    def _may_win(self, closed_form, vp) -> np.ndarray:
+        """Whether a split with this closed form may still beat the incumbent: its closed
+        form is within the limit, except for candidates bounded by the schedule floor,
+        whose closed form says nothing about their schedule's lower end."""
+        within = np.asarray(closed_form) <= self.limit(vp)
+        if self.ranking is None:
+            return within
+        return within | self.ranking.uses_floor(vp)
+
+    def _schedule_ps(self, tasks: BatchTasks, row: int, problem: DPProblem, result: DPResult, n: int) -> int:
+        """The exact schedule of the DP's split of candidate ``n`` (priced row ``row``), in
+        picoseconds."""
+        layers = np.diff([0] + ends_of(problem, result, n)).tolist()
+        if self.engine == "python":
+            return int(round(batch_timing(tasks, row, layers, "python").step_s * PS))
+        return int(round(batch_step_s(tasks, row, layers) * PS))
+
+
+KEEP = 1 << 16
+"""Partials kept from the first pass (at least; those with the smallest lb1)."""
+
+
+class _Pass:
+    """One pass over the enumeration: the memory-feasible partials whose lb1 is in
+    ``(low, high]``, at most about ``KEEP`` of them (the smallest lb1; ``high`` drops to
+    the largest lb1 kept when the pass had to leave some out)."""
+
+    def __init__(self, scn: Scenario, table: ConfigTable, space: PartialSpace, orders, low: int, high: int,
+                 ranking: Ranking | None = None):
+        self.high = high
+        parts, kept = [], 0
+        combos = 0
+        pp, dp, vp = [], [], []
+        self.count = 0
+        for chunk in space.chunks():
+            self.count += len(chunk)
+            pp.append(chunk.pp), dp.append(chunk.dp), vp.append(chunk.vp)
+            fits = np.flatnonzero(chunk_memory(scn, table, chunk) <= scn.cluster.device.memory_bytes)
+            owner, config = chunk.owner[fits], chunk.config[fits]
+            bound = partial_bound_of(scn, table, config, chunk.pp[owner], chunk.dp[owner], chunk.vp[owner], orders,
+                                      ranking)
+            keep = (bound > low) & (bound <= self.high)
+            parts.append((bound[keep], owner[keep] + combos, config[keep], chunk.first + fits[keep]))
+            combos += len(chunk.pp)
+            kept += int(keep.sum())
+            if kept > 2 * KEEP:
+                bounds = np.concatenate([p[0] for p in parts])
+                self.high = int(np.partition(bounds, KEEP - 1)[KEEP - 1])
+                parts = [tuple(a[p[0] <= self.high] for a in p) for p in parts]
+                kept = sum(len(p[0]) for p in parts)
+        cat = lambda i, dtype=np.int64: (np.concatenate([p[i] for p in parts]) if parts  # noqa: E731
+                                         else np.zeros(0, dtype=dtype))
+        self.bound, owner, config, self.numbers = cat(0), cat(1), cat(2), cat(3)
+        combo = lambda values: np.concatenate(values)[owner] if values else np.zeros(0, dtype=np.int64)  # noqa: E731
+        self.partials = Partials(space.configs, config, combo(pp), combo(dp), combo(vp), space.config_arrays)
+
+
+def check_ranking(ranking: str) -> None:
+    """SpecError unless ``ranking`` is one of :data:`RANKINGS`."""
+    if ranking not in RANKINGS:
+        raise SpecError(f"ranking = {ranking!r}: must be one of {', '.join(RANKINGS)}")
+
+
+def search(scn: Scenario, limits: SpaceLimits = SpaceLimits(), engine: str = "cpp",
+           threads: int | None = None, ranking: str = "schedule") -> SearchOutcome:
+    """Find the best candidate; InfeasibleError if nothing fits in memory.
+
+    ``ranking="closed-form"``: the candidate (and split) with the smallest closed form;
+    ``"schedule"``: the candidate whose DP split has the fastest exact schedule
+    (:class:`~nest.search.floors.Ranking` says which candidates are bounded how)."""
+    check_ranking(ranking)
+    by = Ranking() if ranking == "schedule" else None
+    space = PartialSpace(scn.model, scn.cluster, scn.job, scn.num_nodes, limits)
+    if not len(space.configs):
+        raise InfeasibleError(diagnose.empty_space_message(scn, limits))
+    table = scn.config_table(space.configs, space.config_arrays)
+    orders = limits.orders()
+    state = None
+    low = -1
+    while True:
+        # Every pass after the first collects the partials the previous ones left out
+        # whose lb1 does not exceed the best score (widened by its margin).
+        found = _Pass(scn, table, space, orders, low, INF if state is None else state.widest_limit, by)
+        if found.count == 0:
+            raise InfeasibleError(diagnose.empty_space_message(scn, limits))
+        if state is None:
+            state = _Search(scn, table, found.partials, found.numbers, limits, engine, threads, by)
+        else:
+            state.extend(found.partials, found.numbers)
+        offset = len(state.partials) - len(found.partials)
+        remaining, bound = np.arange(len(found.partials)) + offset, found.bound
+        while len(remaining):
+            keep = bound <= state.limit(state.partials.vp[remaining])
+            remaining, bound = remaining[keep], bound[keep]
+            if not len(remaining):
+                break
+            take = bound <= (np.partition(bound, BLOCK - 1)[BLOCK - 1] if len(bound) > BLOCK else bound.max())
+            state.block(remaining[take])
+            remaining, bound = remaining[~take], bound[~take]
+        if found.high >= state.widest_limit:
+            break  # every partial whose lb1 could beat the best score was seen
+        low = found.high
+    if state.best is None:
+        partials = enumerate_partials(scn.model, scn.cluster, scn.job, scn.num_nodes, limits)
+        memory = memory_bound(scn, table, partials)
+        raise InfeasibleError(diagnose.memory_message(scn, partials, memory, limits, engine, threads))
+    best = state.best
+    best.evaluated, best.total, best.bounded, best.partials = (state.evaluated, state.priced, state.bounded,
+                                                               found.count)
+    return best
+
+
+POLISH_EVALUATIONS = 256
+"""At most this many schedules are timed while polishing a split."""
+
+
+def polish_split(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, ends: list[int],
+                 engine: str = "cpp") -> list[int]:
+    """``ends`` with stage boundaries moved one node at a time while the exact schedule
+    of the split gets faster and every stage still fits (first improvement, boundaries in
+    order, at most :data:`POLISH_EVALUATIONS` schedules timed).
+
+    The DP's split minimises the closed form, whose optimum is not always the
+    schedule's: the end-of-step sync of each rank starts when that rank is done, so
+    stages holding the embedding or the output layer gain from fewer blocks, and with
+    fewer micro-batches than stages the fill and drain matter more than the slowest
+    stage.
+    """
+    tasks = BatchTasks.of_candidate(scn, cand)
+
+    def step(trial: list[int]) -> float:
+        layers = np.diff([0] + trial).tolist()
+        if engine == "python":
+            return batch_timing(tasks, 0, layers, "python").step_s
+        return batch_step_s(tasks, 0, layers)
+
+    ends = list(ends)
+    best, budget, improved = step(ends), POLISH_EVALUATIONS, True
+    while improved and budget > 0:
+        improved = False
+        for k in range(len(ends) - 1):
+            for delta in (-1, 1):
+                trial = ends[:k] + [ends[k] + delta] + ends[k + 1:]
+                if not (trial[k - 1] if k else 0) < trial[k] < trial[k + 1] or budget <= 0:
+                    continue
+                if not all(d["fits"] for d in stage_details(problem, local, trial)):
+                    continue
+                budget -= 1
+                seconds = step(trial)
+                if seconds < best:
+                    best, ends, improved = seconds, trial, True
+    return ends
+
+
+def work_floor_ps(problem: DPProblem, result: DPResult, n: int, pp: int, micro_batches: int) -> int:
+    """A lower bound on the exact schedule of candidate ``n``'s split: every pipeline rank
+    runs its chunks (the DP's stage times, sends included) once per micro-batch, less two
+    picoseconds of rounding per node and micro-batch."""
+    work = [0] * pp
+    for k, t in enumerate(stage_times(problem, n, ends_of(problem, result, n))):
+        work[k % pp] += t
+    return micro_batches * (max(work) - 2 * (problem.num_nodes + 1))

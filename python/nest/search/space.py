@@ -1,0 +1,357 @@
+"""The joint search space.
+
+A *layer configuration* fixes what shapes a node's compute and memory: tensor, context
+and expert parallel degrees, sequence parallelism, micro-batch, recomputation, and
+whether the head stage keeps a copy of tied embeddings. A *partial candidate* adds the
+pipeline and data-parallel degrees and the virtual stages (everything its lower bound
+needs); it expands into full candidates over ZeRO stages and rank orders.
+
+Dominated options are not enumerated (each is never faster and never uses less memory
+in the cost model): sequence parallelism is always on when ``tp > 1`` (same
+communication volume, less activation memory and element-wise time, smaller pipeline
+transfers), and ZeRO-0 is replaced by ZeRO-1 whenever there is data or context
+parallelism (less memory; a reduce-scatter plus an all-gather of 16-bit weights moves
+no more than an all-reduce of fp32 gradients; a sharded optimizer step). ``nest
+evaluate`` still accepts both.
+
+Context parallelism takes powers of two that keep at least ``MIN_CP_CHUNK`` tokens per
+rank and divide the sequence into ``2 cp`` load-balanced chunks. Expert parallelism
+takes divisors of the expert count that divide ``tp x cp x dp`` (MoE parallel folding
+with expert TP = 1). Interleaving takes ``vp`` in ``VIRTUAL_STAGES`` when
+``pp > 1``, ``pp x vp`` does not exceed the layer-graph nodes and the micro-batch count
+is a multiple of ``pp`` (Megatron-LM's requirement).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import SpecError
+from ..parallel import (
+    RANK_ORDERS,
+    RECOMPUTE_MODES,
+    Candidate,
+    CandidateArrays,
+    ConfigArrays,
+    ConfigList,
+    LayerConfig,
+    SpaceLimits,
+    parse_order,
+)
+from ..specs import ClusterSpec, JobSpec, ModelSpec
+
+MIN_CP_CHUNK = 512
+"""Fewest tokens per context-parallel rank the search tries."""
+
+VIRTUAL_STAGES = (1, 2, 4, 8)
+"""Virtual pipeline stages per rank (interleaving) the search tries."""
+
+
+def divisors(n: int) -> list[int]:
+    """Positive divisors of ``n`` in ascending order."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+@dataclass
+class Partials:
+    """Column-wise partial candidates; ``config`` indexes ``configs``."""
+
+    configs: list[LayerConfig]
+    config: np.ndarray
+    pp: np.ndarray
+    dp: np.ndarray
+    vp: np.ndarray
+    config_arrays: ConfigArrays | None = None  # ``configs`` as columns
+
+    def __len__(self) -> int:
+        return len(self.config)
+
+
+def tensor_parallel_degrees(model: ModelSpec, cluster: ClusterSpec) -> list[int]:
+    """Powers of two up to the innermost tier's size that divide the head counts."""
+    limit = cluster.tiers[0].fanout
+    degrees, tp = [], 1
+    while tp <= limit:
+        if _tp_divides(model, tp):
+            degrees.append(tp)
+        tp *= 2
+    return degrees
+
+
+def _tp_divides(model: ModelSpec, tp: int) -> bool:
+    return (model.num_heads % tp == 0 and model.num_kv_heads % tp == 0 and model.ffn_hidden % tp == 0
+            and (not model.is_moe or model.moe_ffn_hidden % tp == 0))
+
+
+def context_parallel_degrees(job: JobSpec, limit: int) -> list[int]:
+    """Powers of two with at least MIN_CP_CHUNK tokens per rank and 2 cp equal chunks."""
+    degrees, cp = [1], 2
+    while cp <= limit and job.seq_len % (2 * cp) == 0 and job.seq_len // cp >= MIN_CP_CHUNK:
+        degrees.append(cp)
+        cp *= 2
+    return degrees
+
+
+def expert_parallel_degrees(model: ModelSpec) -> list[int]:
+    """Divisors of the number of routed experts (1 for dense models)."""
+    return divisors(model.num_experts) if model.is_moe else [1]
+
+
+def _allowed(values, limit):
+    return [v for v in values if limit is None or v in limit]
+
+
+class PartialSpace:
+    """The partial candidates of a search, produced in chunks (see :func:`enumerate_partials`).
+
+    Layer configurations form a dense grid ``[tp, sp, cp, ep, tied, micro-batch,
+    recompute]`` so that a candidate's configuration index is computed, not looked up;
+    only the configurations some candidate uses are kept (in grid order, ``configs``).
+    Partial candidates come in the order of the loops ``tp, sp, cp, pp, dp, ep, vp`` with
+    the micro-batch (then recomputation) innermost; one :class:`PartialChunk` is one
+    ``(tp, sp, cp)``, its loops are numpy broadcasts. Searches consume the chunks one by
+    one (a few hundred thousand partials each at most) instead of the whole list.
+    """
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, num_nodes: int,
+                 limits: SpaceLimits = SpaceLimits()):
+        self.num_nodes, self.devices = num_nodes, cluster.num_devices
+        self.tied = bool(model.tied_embeddings)
+        tps = list(limits.tp) if limits.tp is not None else tensor_parallel_degrees(model, cluster)
+        for tp in tps:
+            check_tp(model, cluster, tp)
+        cps = list(limits.cp) if limits.cp is not None else context_parallel_degrees(job, self.devices)
+        eps = list(limits.ep) if limits.ep is not None else expert_parallel_degrees(model)
+        recomputes = tuple(limits.recompute or RECOMPUTE_MODES)
+        batches = _allowed(divisors(job.global_batch), limits.micro_batch)
+        n_rc, n_mb = len(recomputes), len(batches)
+        self.stride_mbs = n_rc
+        self.stride_tie = self.stride_mbs * n_mb
+        self.stride_ep = self.stride_tie * 2
+        self.stride_cp = self.stride_ep * len(eps)
+        self.stride_sp = self.stride_cp * len(cps)
+        self.stride_tp = self.stride_sp * 2
+        batch_pos = {b: i for i, b in enumerate(batches)}
+        self.pps = np.array(limits.pp or tuple(range(1, num_nodes + 1)), dtype=np.int64)
+        # An uneven batch admits every data-parallel degree the devices allow, up to one
+        # sequence per replica (more replicas than sequences would idle).
+        dps = (range(1, min(cluster.num_devices, job.global_batch) + 1) if job.uneven_batch
+               else divisors(job.global_batch))
+        self.dps = np.array(_allowed(dps, limits.dp), dtype=np.int64)
+        self.vps = np.array(_allowed(VIRTUAL_STAGES, limits.vp), dtype=np.int64)
+        self.cps, self.eps = np.array(cps, dtype=np.int64), np.array(eps, dtype=np.int64)
+        # Per data-parallel degree, the (micro-batch, recompute) grid offsets it admits and
+        # their micro-batch counts, concatenated.
+        offsets, micro, starts, counts = [], [], [], []
+        for dp in self.dps.tolist():
+            per_replica = divisors(job.global_batch // dp) if job.global_batch % dp == 0 else []
+            positions = ([batch_pos[b] for b in per_replica if b in batch_pos] if not job.uneven_batch
+                         else list(range(len(batches))))
+            starts.append(sum(len(o) for o in offsets))
+            offsets.append(np.array([p * self.stride_mbs + r for p in positions for r in range(n_rc)],
+                                    dtype=np.int64))
+            micro.append(np.repeat(job.micro_batches(dp, np.array(batches, dtype=np.int64)[positions]), n_rc)
+                         if positions else np.zeros(0, dtype=np.int64))
+            counts.append(len(offsets[-1]))
+        pool = np.concatenate(offsets) if offsets else np.zeros(0, dtype=np.int64)
+        pool_micro = np.concatenate(micro) if micro else np.zeros(0, dtype=np.int64)
+        self.starts, self.counts = np.array(starts, dtype=np.int64), np.array(counts, dtype=np.int64)
+        # Interleaving keeps the entries whose micro-batch count is a multiple of pp: one
+        # filtered pool per pp, segments per dp, appended to the pool.
+        keep = pool_micro[None, :] % self.pps[:, None] == 0  # [pp, entry]
+        kept = np.concatenate((np.zeros((len(self.pps), 1), dtype=np.int64), np.cumsum(keep, axis=1)), axis=1)
+        self.keep_counts = kept[:, self.starts + self.counts] - kept[:, self.starts]  # [pp, dp]
+        _, entry = np.nonzero(keep)
+        self.filtered_start = len(pool) + np.concatenate(([0], np.cumsum(self.keep_counts.ravel())))[:-1].reshape(
+            len(self.pps), len(self.dps))
+        self.pool = np.concatenate((pool, pool[entry]))
+        pairs = []
+        for ti, tp in enumerate(tps):
+            tp_sps = [s for s in (limits.sp or (tp > 1,)) if tp > 1 or not s]
+            if model.is_moe and tp > 1:
+                tp_sps = [s for s in tp_sps if s]  # Megatron-Core: MoE with TP needs SP
+            pairs += [(ti, tp, sp) for sp in tp_sps]
+        self.pairs = pairs
+        self.empty = not pairs or not len(self.pps) or not len(self.dps) or not len(self.vps) or not len(cps) \
+            or not len(eps)
+        # The configurations some partial uses: the union of the distinct (base, pool
+        # segment) pairs of every loop combination.
+        used = np.zeros(self.stride_tp * len(tps), dtype=bool)
+        if not self.empty:
+            segments = []
+            vs = [list(self.vps).index(1)] if 1 in self.vps.tolist() else list(range(len(self.vps)))
+            for ti, tp, sp in pairs:
+                c, p, d, e, v = np.indices((len(cps), len(self.pps), len(self.dps), len(eps), len(vs)),
+                                           dtype=np.int64).reshape(5, -1)
+                v = np.array(vs, dtype=np.int64)[v]
+                ok, length = self._valid(tp, c, p, d, e, v)
+                c, p, d, e, v, length = c[ok], p[ok], d[ok], e[ok], v[ok], length[ok]
+                start = np.where(self.vps[v] == 1, self.starts[d], self.filtered_start[p, d])
+                base = self._base(ti, sp, c, e, p)
+                segments.append((base * len(self.pool) + start) * (self.counts.max() + 1) + length)
+            keys = np.unique(np.concatenate(segments))
+            length = keys % (self.counts.max() + 1)
+            start = keys // (self.counts.max() + 1) % len(self.pool)
+            base = keys // (self.counts.max() + 1) // len(self.pool)
+            if len(keys):
+                owner = np.repeat(np.arange(len(keys)), length)
+                within = np.arange(int(length.sum())) - np.repeat(np.cumsum(length) - length, length)
+                used[base[owner] + self.pool[start[owner] + within]] = True
+        self.index = np.cumsum(used) - 1
+        used_ids = np.flatnonzero(used)
+        rc_i, rest = used_ids % n_rc, used_ids // n_rc
+        mb_i, rest = rest % n_mb, rest // n_mb
+        tie_i, rest = rest % 2, rest // 2
+        ep_i, rest = rest % len(eps), rest // len(eps)
+        cp_i, rest = rest % len(cps), rest // len(cps)
+        sp_i, tp_i = rest % 2, rest // 2
+        mode = np.array([RECOMPUTE_MODES.index(r) for r in recomputes], dtype=np.int64)
+        tp_values, mb_values = np.array(tps, dtype=np.int64), np.array(batches, dtype=np.int64)
+        self.config_arrays = ConfigArrays(tp_values[tp_i], sp_i.astype(bool), mb_values[mb_i], mode[rc_i],
+                                          tie_i.astype(bool), self.cps[cp_i], self.eps[ep_i])
+        self.configs = ConfigList(self.config_arrays)
+
+    def _valid(self, tp, c, p, d, e, v):
+        """Which loop combinations make partials, and how many each makes."""
+        cp, pp, dp, ep, vp = self.cps[c], self.pps[p], self.dps[d], self.eps[e], self.vps[v]
+        ok = (pp <= self.num_nodes) & (tp * cp * pp <= self.devices)
+        ok &= dp <= self.devices // (tp * cp * pp)
+        ok &= self.counts[d] > 0
+        ok &= (tp * cp * dp) % ep == 0
+        ok &= (vp == 1) | ((pp > 1) & (pp * vp <= self.num_nodes))
+        length = np.where(vp == 1, self.counts[d], self.keep_counts[p, d])
+        return ok & (length > 0), length
+
+    def _base(self, ti, sp, c, e, p):
+        tied = (self.tied & (self.pps[p] > 1)).astype(np.int64)
+        return ti * self.stride_tp + int(sp) * self.stride_sp + c * self.stride_cp + e * self.stride_ep \
+            + tied * self.stride_tie
+
+    def chunks(self):
+        """One :class:`PartialChunk` per ``(tp, sp, cp)`` with partials, in order."""
+        if self.empty:
+            return
+        first = 0
+        shape = (len(self.pps), len(self.dps), len(self.eps), len(self.vps))
+        grid = np.indices(shape, dtype=np.int64).reshape(4, -1)
+        for ti, tp, sp in self.pairs:
+            for c0 in range(len(self.cps)):
+                p, d, e, v = grid
+                ok, length = self._valid(tp, c0, p, d, e, v)
+                chosen = np.flatnonzero(ok)
+                if not len(chosen):
+                    continue
+                p, d, e, v, length = p[chosen], d[chosen], e[chosen], v[chosen], length[chosen]
+                base = self._base(ti, sp, c0, e, p)
+                start = np.where(self.vps[v] == 1, self.starts[d], self.filtered_start[p, d])
+                total = int(length.sum())
+                owner = np.repeat(np.arange(len(chosen)), length)
+                within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(length) - length, length)
+                config = self.index[base[owner] + self.pool[start[owner] + within]]
+                yield PartialChunk(first, self.pps[p], self.dps[d], self.vps[v], owner, config)
+                first += total
+
+
+@dataclass
+class PartialChunk:
+    """Partial candidates ``first, first + 1, ...`` of the enumeration: loop combinations
+    (``pp``, ``dp``, ``vp`` per combination) and, per partial, its combination
+    (``owner``) and configuration. Every partial of a combination has the same tensor,
+    context and expert degrees and the same tied-embedding copy."""
+
+    first: int
+    pp: np.ndarray
+    dp: np.ndarray
+    vp: np.ndarray
+    owner: np.ndarray
+    config: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.config)
+
+    def partials(self, space: PartialSpace) -> Partials:
+        o = self.owner
+        return Partials(space.configs, self.config, self.pp[o], self.dp[o], self.vp[o], space.config_arrays)
+
+
+def enumerate_partials(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, num_nodes: int,
+                       limits: SpaceLimits = SpaceLimits()) -> Partials:
+    """Every partial candidate that fits the device count and divides the batch (see
+    :class:`PartialSpace` for the order)."""
+    space = PartialSpace(model, cluster, job, num_nodes, limits)
+    parts = [chunk.partials(space) for chunk in space.chunks()]
+    if not parts:
+        return _empty()
+    cat = lambda name: np.concatenate([getattr(chunk, name) for chunk in parts])  # noqa: E731
+    return Partials(space.configs, cat("config"), cat("pp"), cat("dp"), cat("vp"), space.config_arrays)
+
+
+def _empty() -> Partials:
+    return Partials([], *(np.zeros(0, dtype=np.int64) for _ in range(4)))
+
+
+def expand(partials: Partials, index: np.ndarray, limits: SpaceLimits = SpaceLimits()) -> list[Candidate]:
+    """Full candidates of the partial candidates at ``index``: ZeRO stages x rank orders."""
+    orders = limits.rank_order or RANK_ORDERS
+    for order in orders:
+        parse_order(order)
+    out = []
+    for i in index:
+        cfg = partials.configs[partials.config[i]]
+        pp, dp, vp = int(partials.pp[i]), int(partials.dp[i]), int(partials.vp[i])
+        sharded = dp * cfg.cp > 1
+        zeros = limits.zero if limits.zero is not None else ((1, 2, 3) if sharded else (0,))
+        for zero in zeros:
+            if zero and not sharded:
+                continue
+            # Orders that only permute dimensions of degree 1 give the same layout.
+            distinct = limits.rank_order is not None or (pp > 1 and dp > 1)
+            for order in (orders if distinct else orders[:1]):
+                out.append(Candidate(cfg, pp, dp, vp, zero, order))
+    return out
+
+
+def expand_arrays(partials: Partials, index: np.ndarray, limits: SpaceLimits = SpaceLimits()
+                  ) -> tuple[CandidateArrays, np.ndarray, np.ndarray]:
+    """:func:`expand` as columns, in the same order: the candidates, the partial each
+    comes from and its position among that partial's candidates."""
+    orders = tuple(limits.rank_order or RANK_ORDERS)
+    for order in orders:
+        parse_order(order)
+    index = np.asarray(index, dtype=np.int64)
+    arrays = partials.config_arrays or ConfigArrays.of(partials.configs)
+    config = partials.config[index]
+    pp, dp = partials.pp[index], partials.dp[index]
+    sharded = dp * arrays.cp[config] > 1
+    if limits.zero is None:
+        zeros_sharded, zeros_single = [1, 2, 3], [0]
+    else:
+        zeros_sharded, zeros_single = list(limits.zero), [z for z in limits.zero if not z]
+    n_zero = np.where(sharded, len(zeros_sharded), len(zeros_single))
+    distinct = (limits.rank_order is not None) | ((pp > 1) & (dp > 1))
+    n_order = np.where(distinct, len(orders), 1)
+    count = n_zero * n_order
+    owner = np.repeat(np.arange(len(index)), count)
+    within = np.arange(int(count.sum()), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+    z_pos, o_pos = within // n_order[owner], within % n_order[owner]
+    table_sharded = np.array(zeros_sharded or [0], dtype=np.int64)
+    table_single = np.array(zeros_single or [0], dtype=np.int64)
+    zero = np.where(sharded[owner], table_sharded[np.minimum(z_pos, len(table_sharded) - 1)],
+                    table_single[np.minimum(z_pos, len(table_single) - 1)])
+    source = index[owner]
+    cands = CandidateArrays(partials.config[source], partials.pp[source], partials.dp[source],
+                            partials.vp[source], zero, o_pos, orders)
+    return cands, source, within
+
+
+def check_tp(model: ModelSpec, cluster: ClusterSpec, tp: int) -> None:
+    """SpecError unless ``tp`` divides the model's heads and widths and fits a node."""
+    if not isinstance(tp, int) or tp < 1 or not _tp_divides(model, tp):
+        raise SpecError(f"tp = {tp}: must divide num_heads ({model.num_heads}), num_kv_heads "
+                        f"({model.num_kv_heads}) and the MLP widths")
+    if tp > cluster.tiers[0].fanout:
+        raise SpecError(f"tp = {tp}: tensor parallelism must stay within one '{cluster.tiers[0].name}' "
+                        f"group of {cluster.tiers[0].fanout} devices")

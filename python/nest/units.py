@@ -1,0 +1,14 @@
+"""Unit constants. Everything inside nest is SI (seconds, bytes, FLOP/s, bytes/s); these
+convert at the edges (file formats, reports) and to the stage DP's integer units."""
+
+GiB = 2**30
+"""Bytes per gibibyte."""
+
+MiB = 2**20
+"""Bytes per mebibyte."""
+
+GB = 1e9
+"""Bytes per gigabyte (network and HBM bandwidths are given in GB/s)."""
+
+PS = 1e12
+"""Picoseconds per second: the stage DP's integer time unit."""
