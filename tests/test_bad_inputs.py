@@ -3,9 +3,10 @@
 The bad-input corpus (tests/data/bad/): every malformed or hostile input, run through
 the real command line as a user runs it, is rejected cleanly.
 
-For each case of ``tests/data/bad/index.yaml`` the test runs ``python -m nest ...`` in a
-subprocess under a 1 GiB address-space limit (``RLIMIT_AS``) and a hang guard (a
-subprocess timeout; no wall-clock assertion otherwise) and asserts exit code 2, exactly
+For each case of ``tests/data/bad/index.yaml`` the test runs the command line ``nest ...``
+in a process of its own (forked from one that imported nest once, :mod:`cli_runner`) under
+a 1 GiB address-space limit (``RLIMIT_AS``) and a hang guard (a kill after ``TIMEOUT_S``; no
+wall-clock assertion otherwise) and asserts exit code 2, exactly
 one line on stderr of the form ``nest: error: ...`` containing every ``expect``
 substring (the field, usually the value), no traceback and nothing on stdout. Cases
 marked ``may_plan`` are valid but huge inputs: a successful plan within the same limits
@@ -13,8 +14,8 @@ is correct too. Cases marked ``xfail`` need a fix in a file outside this corpus'
 ownership; the reason names the file and the change (strict: a fix makes them fail
 until the mark is removed).
 
-The subprocesses of all selected cases run concurrently (one per core) in a module
-fixture; each test then checks its own result.
+The processes of all selected cases run concurrently (one per core) in a module fixture;
+each test then checks its own result.
 
 Infeasible jobs (exit 3) name the binding constraint (memory, and what fills it) and the
 smallest changes that fit; the tests apply every suggested change and check that it
@@ -25,16 +26,15 @@ from __future__ import annotations
 
 import os
 import re
-import resource
 import subprocess
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_runner import run_commands
 
 import nest
 from nest.specs import JobSpec
@@ -59,10 +59,6 @@ def command(case: dict, tmp: str) -> list[str]:
     return [a.replace("{file}", file).replace("{tmp}", tmp) for a in args]
 
 
-def _limit_memory() -> None:  # runs in the child between fork and exec
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
-
-
 @dataclass
 class Outcome:
     returncode: int | None  # None: killed by the hang guard
@@ -70,26 +66,20 @@ class Outcome:
     stderr: str
 
 
-def run_case(case: dict) -> Outcome:
-    with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, OMP_NUM_THREADS="1")  # cases run side by side
-        try:
-            proc = subprocess.run([sys.executable, "-m", "nest", *command(case, tmp)], capture_output=True,
-                                  text=True, timeout=TIMEOUT_S, preexec_fn=_limit_memory, cwd=BAD, env=env)
-        except subprocess.TimeoutExpired as expired:
-            return Outcome(None, str(expired.stdout or ""), str(expired.stderr or ""))
-        return Outcome(proc.returncode, proc.stdout, proc.stderr)
-
-
 @pytest.fixture(scope="module")
 def outcomes(request) -> dict[str, Outcome]:
     """The outcome of every selected case, run concurrently."""
     selected = [item.callspec.params["case"] for item in request.session.items
                 if getattr(item, "originalname", None) == "test_bad_input" and hasattr(item, "callspec")]
-    workers = max(2, os.cpu_count() or 1)
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = pool.map(run_case, selected)
-    return {case_id(c): r for c, r in zip(selected, results)}
+    with tempfile.TemporaryDirectory() as scratch:
+        commands = []
+        for i, case in enumerate(selected):
+            tmp = os.path.join(scratch, str(i))
+            os.mkdir(tmp)
+            commands.append({"argv": command(case, tmp), "cwd": str(BAD)})
+        env = dict(os.environ, OMP_NUM_THREADS="1")  # cases run side by side
+        results = run_commands(commands, timeout_s=TIMEOUT_S, memory_bytes=MEMORY_BYTES, env=env)
+    return {case_id(c): Outcome(**r) for c, r in zip(selected, results)}
 
 
 def _param(case: dict):

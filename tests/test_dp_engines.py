@@ -234,6 +234,7 @@ def test_empty_candidate_list():
     assert got.best == -1 and got.status.shape == (0,)
 
 
+@pytest.mark.slow
 def test_larger_instance_against_reference():
     """200 nodes, 100 candidates, p up to 64: C++ whole, the reference on a few candidates."""
     rng = np.random.default_rng(2024)

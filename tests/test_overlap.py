@@ -122,7 +122,7 @@ TINY = ModelSpec(name="tiny", num_layers=4, hidden=256, num_heads=8, ffn_hidden=
                  seq_len=1024)
 
 
-@pytest.mark.parametrize("memory_gib", [80, 1.0])
+@pytest.mark.parametrize("memory_gib", [pytest.param(80, marks=pytest.mark.slow), 1.0])
 def test_plan_with_overlap_is_the_exhaustive_optimum(memory_gib):
     cluster = nest.load_cluster("dgx-a100", devices=16)
     cluster = replace(cluster, device=replace(cluster.device, memory_bytes=memory_gib * 2**30))

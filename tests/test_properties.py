@@ -157,6 +157,7 @@ def test_cpp_reference_and_brute_force_agree(problem):
         assert got == tuple(expected)
 
 
+@pytest.mark.slow
 @examples(50)
 @given(problem=dp_problems(max_nodes=30, max_candidates=4))
 def test_cpp_matches_reference_on_longer_chains(problem):

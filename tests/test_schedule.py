@@ -150,6 +150,7 @@ def test_engines_report_the_same_step():
     assert cpp.closed_form_step_time_s == python.closed_form_step_time_s
 
 
+@pytest.mark.slow
 def test_schedule_ranking_is_the_exhaustive_optimum():
     """bert-large on 64 h100-spineleaf GPUs: every one of the 22 146 candidates solved
     without pruning and its DP split timed exactly; the fastest is nest's plan. It is not
