@@ -4,6 +4,7 @@
 * The C++ DP >= 100x faster than the Python reference on identical tables.
 * Growth of the solve time from 64 to 16384 devices.
 * Ranking by the exact schedule (default) against ranking by the closed form.
+* The search restricted to a framework against the whole space.
 * Interleaved candidates: the DP with the last virtual stage priced apart against the
   same candidates under SC'21's ``(m v + p - 1) x slowest`` (one max).
 """
@@ -80,4 +81,25 @@ def test_plan_ranking(benchmark, model, cluster, devices, ranking):
     plan = benchmark.pedantic(nest.plan, args=(model, c), kwargs={"ranking": ranking}, rounds=3, iterations=1)
     benchmark.extra_info["step_time_s"] = plan.step_time_s
     benchmark.extra_info["closed_form_step_time_s"] = plan.closed_form_step_time_s
+    benchmark.extra_info["candidates_evaluated"] = plan.candidates_evaluated
+
+
+FRAMEWORK_CASES = [("llama3-70b", "dgx-h100", 512), ("gpt3-175b", "dgx-a100", 1024), ("deepseek-v3", "dgx-h100", 2048)]
+
+
+@pytest.mark.parametrize("fw", ["any", "megatron", "deepspeed", "torchtitan"])
+@pytest.mark.parametrize("model,cluster,devices", FRAMEWORK_CASES)
+def test_plan_framework(benchmark, model, cluster, devices, fw):
+    """The search restricted to a framework (its limits narrow the enumeration, its rules
+    mask the full candidates, torchtitan's own splits replace the DP's) against the whole
+    space: solve time, and the step time each finds (in extra_info)."""
+    spec = nest.load_model(model)
+    if fw == "torchtitan" and model == "gpt3-175b":
+        pytest.skip("torchtitan launches its registry models only")
+    c = nest.load_cluster(cluster, devices=devices)
+    job = nest.job_spec(spec, framework=fw)
+    benchmark.group = f"plan {model} {cluster} {devices}: framework"
+    plan = benchmark.pedantic(nest.plan, args=(spec, c, job), rounds=3, iterations=1)
+    benchmark.extra_info["step_time_s"] = plan.step_time_s
+    benchmark.extra_info["parallelism"] = plan.parallelism
     benchmark.extra_info["candidates_evaluated"] = plan.candidates_evaluated

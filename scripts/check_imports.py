@@ -31,6 +31,7 @@ FLOORS = (
     ("errors", "units"),
     ("specs",),
     ("parallel",),
+    ("frameworks",),
     ("network",),
     ("cost",),
     ("presets",),

@@ -33,7 +33,7 @@ def copy(tmp_path):
 
 
 @pytest.mark.parametrize("module,line,message", [
-    ("specs.py", "from .planner import plan", "nest.specs (floor 1) imports nest.planner (floor 11): an upward import"),
+    ("specs.py", "from .planner import plan", "nest.specs (floor 1) imports nest.planner (floor 12): an upward import"),
     ("cost/nodes.py", "from .scenario import Scenario", "import cycle: nest.cost.nodes <-> nest.cost.scenario"),
     ("report/text.py", "from ..search.search import _Search", "imports the private name nest.search.search._Search"),
     ("cli.py", "from . import _core", "imports the compiled core; only nest.dp.engine may"),

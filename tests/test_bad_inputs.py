@@ -34,9 +34,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_runner import run_commands
 
 import nest
+from cli_runner import run_commands
 from nest.specs import JobSpec
 
 BAD = Path(__file__).resolve().parent / "data" / "bad"

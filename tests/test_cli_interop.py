@@ -4,9 +4,10 @@ import json
 from pathlib import Path
 
 import pytest
-import tomllib
 
+from launch_readers import assert_round_trip
 from nest.cli import main
+from nest.report.export import emit
 
 DATA = Path(__file__).parent / "data"
 ARTIFACT = Path(__file__).resolve().parents[2] / "shared" / "data" / "nest-artifact"
@@ -36,26 +37,14 @@ def test_bad_hf_config_exits_2(tmp_path, capsys):
 
 @pytest.mark.parametrize("fmt", ["megatron", "deepspeed", "torchtitan"])
 def test_emit_matches_the_plan(capsys, fmt):
-    # 128 devices: a 1F1B plan (TP 2, PP 4, CP 2, ZeRO-2) that every framework can express
+    # --emit makes the plan for its framework: the same plan as --framework, launched as priced
     args = ["plan", "--model", "llama3-70b", "--cluster", "dgx-h100", "--devices", "128"]
-    plan = _json(capsys, args)
-    assert plan["parallelism"]["vp"] == 1
+    plan = _json(capsys, args + ["--framework", fmt])
     assert main(args + ["--emit", fmt]) == 0
-    text = capsys.readouterr().out
-    p = plan["parallelism"]
-    if fmt == "megatron":
-        assert f"--tensor-model-parallel-size {p['tp']}" in text
-        assert f"--pipeline-model-parallel-size {p['pp']}" in text
-        assert f"--micro-batch-size {p['micro_batch']}" in text
-        assert f"--global-batch-size {plan['job']['global_batch']}" in text
-    elif fmt == "deepspeed":
-        config = json.loads(text)
-        assert config["train_micro_batch_size_per_gpu"] == p["micro_batch"]
-        assert config["train_batch_size"] == plan["job"]["global_batch"]
-    else:
-        config = tomllib.loads(text)
-        assert config["parallelism"]["tensor_parallel_degree"] == p["tp"]
-        assert config["parallelism"]["pipeline_parallel_degree"] == p["pp"]
+    captured = capsys.readouterr()
+    assert captured.err.startswith("nest: note: launch configuration for ")
+    assert captured.out == emit(plan, fmt) + "\n"
+    assert_round_trip(plan, fmt)
 
 
 def test_profile_plan_and_evaluate(capsys):

@@ -44,7 +44,8 @@ def test_switches_default_off_and_reject_non_booleans():
         with pytest.raises(nest.SpecError, match=f"job.{name} = 'yes': must be true or false"):
             JobSpec(global_batch=8, seq_len=128, **{name: "yes"})
     plan = nest.evaluate("gpt3-175b", nest.load_cluster("dgx-a100", devices=64), job, **CONFIG)
-    assert set(plan.to_dict()["job"]) == {"global_batch", "seq_len", "dtype"}
+    assert set(plan.to_dict()["job"]) == {"global_batch", "seq_len", "dtype", "optimizer", "flash_attention",
+                                          "framework"}
 
 
 def test_exposed_sync_by_hand():

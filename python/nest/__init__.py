@@ -7,7 +7,8 @@ Python API::
     print(plan.step_time_s, plan.to_dict()["parallelism"])
 """
 
-from .errors import InfeasibleError, SpecError
+from .errors import InfeasibleError, RuleError, SpecError
+from .inputs.coerce import job_spec
 from .inputs.loading import load_cluster, load_device, load_model
 from .parallel import SpaceLimits
 from .planner import evaluate, plan, simulate
@@ -18,6 +19,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ClusterSpec", "DeviceSpec", "InfeasibleError", "JobSpec", "ModelSpec", "OptimizerSpec",
-    "Plan", "SpaceLimits", "SpecError", "Stage", "Tier", "evaluate", "load_cluster",
-    "load_device", "load_model", "plan", "simulate",
+    "Plan", "RuleError", "SpaceLimits", "SpecError", "Stage", "Tier", "evaluate", "job_spec",
+    "load_cluster", "load_device", "load_model", "plan", "simulate",
 ]

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from .errors import InfeasibleError, SpecError
 from .parallel import DEFAULT_ORDER, RECOMPUTE_MODES, SpaceLimits
+from .specs import FRAMEWORKS
 from .units import GiB
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
@@ -51,8 +52,11 @@ def _add_scenario(parser: argparse.ArgumentParser, device_list: bool = False) ->
     parser.add_argument("--profile", metavar="FILE",
                         help="measured layer profile (JSON/CSV) used instead of the analytic model")
     parser.add_argument("--emit", choices=("megatron", "deepspeed", "torchtitan", "hostfile"),
-                        help="print the plan as launch arguments/config for this framework, or "
-                             "(hostfile) its rank -> host/device map as an Open MPI rankfile")
+                        help="print the plan as launch arguments/config for this framework (implies "
+                             "--framework), or (hostfile) its rank -> host/GPU map as an Open MPI rankfile")
+    parser.add_argument("--framework", choices=FRAMEWORKS,
+                        help="search only what this framework can run, with its rules (default: any, nest's "
+                             "whole space; --emit sets it)")
     if device_list:
         parser.add_argument("--devices", type=_int_list, required=True,
                             help="comma-separated device counts, e.g. 64,128,256,512,1024")
@@ -72,8 +76,10 @@ def _add_scenario(parser: argparse.ArgumentParser, device_list: bool = False) ->
                        ("--overlap-param-gather", "the sharded optimizer's weight all-gather with each "
                                                   "node's next forward"),
                        ("--tp-comm-overlap", "tensor-parallel collectives with the compute they feed")):
-        parser.add_argument(flag, action="store_true",
-                            help=f"overlap {what} (Megatron-LM's {flag}; default off, as there)")
+        parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
+                            help=f"overlap {what} (Megatron-LM's {flag}; default off, as there, except "
+                                 "where the framework always does: torchtitan's FSDP2 reduces gradients "
+                                 "during the backward)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--engine", default="cpp", choices=("cpp", "python"),
                         help="stage DP implementation (python: the slow reference)")
@@ -134,6 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "multipliers, memory sizes, jobs")
     sweep.add_argument("--out", required=True, help="results: .jsonl, .csv or .parquet (resumes)")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+    sweep.add_argument("--framework", choices=FRAMEWORKS,
+                       help="the framework of every grid job that names none (jobs[].framework)")
     sweep.add_argument("--plot", metavar="PNG", help="throughput (MFU, cost) against the swept variable")
     sweep.add_argument("--workers", type=_positive_int, help="local worker processes (default: all cores)")
     sweep.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="an existing Dask scheduler")
@@ -155,9 +163,9 @@ def _scenario(args) -> dict:
     if args.nest_instance:
         from .inputs.measured import instance_setup
 
-        if args.model or args.cluster or args.profile:
+        if args.model or args.cluster or args.profile or args.framework:
             raise SpecError("nest_instance: the instance brings its own model, cluster and job; "
-                            "drop --model/--cluster/--profile")
+                            "drop --model/--cluster/--profile/--framework")
         if args.network != "nominal":
             raise SpecError(f"network = {args.network}: a NEST instance brings its own network prices")
         setup = instance_setup(args.nest_instance)
@@ -188,17 +196,29 @@ def _scenario(args) -> dict:
         raise SpecError("model: missing; pass --model (or --profile / --nest-instance)")
     job = job_spec(model, global_batch=args.global_batch, seq_len=args.seq_len, dtype=args.dtype,
                    optimizer=args.optimizer, flash_attention=not args.no_flash_attention,
-                   **{name: getattr(args, name) for name in OVERLAP_SWITCHES})
+                   framework=_framework(args), **{name: getattr(args, name) for name in OVERLAP_SWITCHES})
     return {"model": model, "cluster": cluster, "job": job, "source": source, "limits": limits}
+
+
+def _framework(args) -> str:
+    """The job's framework: ``--framework``, else the one ``--emit`` launches, else any."""
+    emitted = args.emit if args.emit in FRAMEWORKS else None
+    if args.framework and emitted and args.framework != emitted:
+        raise SpecError(f"framework = {args.framework}: conflicts with --emit {emitted} (a plan is launched in the "
+                        "framework it was made for)")
+    return args.framework or emitted or "any"
 
 
 def _print_plan(plan, args) -> None:
     from .report.text import render
 
     if args.emit:
-        from .report.export import emit
+        from .report.export import emit, launch_notes
 
-        print(emit(plan.to_dict(), args.emit))
+        document = plan.to_dict()
+        print(emit(document, args.emit))
+        for note in launch_notes(document, args.emit):
+            print(f"nest: note: {note}", file=sys.stderr)
     elif args.json:
         print(json.dumps(plan.to_dict(), indent=2))
     else:
@@ -253,7 +273,8 @@ def _run(args) -> int:
         from .studies.sweep import run_sweep
 
         summary = run_sweep(args.grid, args.out, scheduler=args.scheduler, dask_local=args.dask_local,
-                            quiet=args.quiet, plot=args.plot, workers=args.workers)
+                            quiet=args.quiet, plot=args.plot, workers=args.workers,
+                            framework=args.framework)
         print(json.dumps(summary, indent=2))
         return EXIT_OK
 

@@ -1,4 +1,4 @@
-"""The two user-facing error types (DESIGN.md section 6)."""
+"""The two user-facing error types (DESIGN.md section 6), and the framework-rule kind of bad input."""
 
 from __future__ import annotations
 
@@ -7,6 +7,11 @@ import reprlib
 
 class SpecError(ValueError):
     """Bad input: the message names the field and the offending value (CLI exit 2)."""
+
+
+class RuleError(SpecError):
+    """A configuration the job's framework cannot run: the message names the framework's
+    rule, where the framework says it and the closest expressible change (CLI exit 2)."""
 
 
 class InfeasibleError(RuntimeError):

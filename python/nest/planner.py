@@ -19,14 +19,17 @@ from .cost.scenario import Scenario
 from .dp import engine as engines
 from .dp.problem import INFEASIBLE
 from .dp.reference import stage_details
-from .errors import InfeasibleError, SpecError
+from .errors import InfeasibleError, RuleError, SpecError
+from .frameworks import framework
 from .inputs.coerce import coerce_inputs
 from .parallel import DEFAULT_ORDER, RECOMPUTE_MODES, ZERO_STAGES, Candidate, LayerConfig, SpaceLimits, parse_order
 from .result import Plan, build_plan
 from .schedule.simulate import SimResult, simulate_candidate
+from .schedule.step import batch_step_s
+from .schedule.tasks import BatchTasks
 from .search import diagnose
 from .search.problems import ends_of, problem
-from .search.search import check_ranking, polish_split, search
+from .search.search import check_ranking, framework_split, polish_split, search
 from .search.space import check_tp
 from .specs import ClusterSpec, JobSpec, ModelSpec
 
@@ -69,8 +72,8 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | None
     scn = Scenario(model, cluster, job, source)
     with _priceable(scn):
         outcome = search(scn, limits, engine, threads, ranking)
-    ends = ends_of(outcome.problem, outcome.result, outcome.local)
-    if ranking == "schedule":
+    ends = outcome.split()
+    if ranking == "schedule" and outcome.ends is None:  # a framework's own splits are not polished
         ends = polish_split(scn, outcome.candidate, outcome.problem, outcome.local, ends, engine)
     return build_plan(scn, outcome.candidate, outcome.problem, outcome.local, ends,
                       solve_time=time.perf_counter() - started, evaluated=outcome.evaluated,
@@ -100,6 +103,13 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
         raise SpecError(f"zero = {zero}: conflicts with distributed_optimizer (ZeRO-1)")
     cand = Candidate(_fixed_config(scn, tp, sp, micro_batch, recompute, cp, ep, pp), pp, dp, vp, zero, rank_order)
     _check_fixed(scn, cand, layers_per_stage)
+    fw = framework(job.framework)
+    fw.check(model, job, cand)
+    options = fw.splits(scn.num_nodes, pp, vp)
+    if options is not None and layers_per_stage is not None and list(layers_per_stage) not in [o for o, _ in options]:
+        closest = min((o for o, _ in options), key=lambda o: sum(abs(a - b) for a, b in zip(o, layers_per_stage)))
+        raise RuleError(f"layers_per_stage = {','.join(map(str, layers_per_stage))}: framework = {fw.name} "
+                        f"splits the layers itself; closest expressible: {','.join(map(str, closest))}")
     with _priceable(scn):
         fixed = problem(scn, [cand])
         result = engines.solve(fixed, engine, threads) if layers_per_stage is None else None
@@ -107,9 +117,18 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
     if layers_per_stage is None:
         if result.status[0] == INFEASIBLE:
             raise InfeasibleError(diagnose.config_message(scn, cand, None, engine, threads))
-        ends = ends_of(fixed, result, 0)
-        if ranking == "schedule":
-            ends = polish_split(scn, cand, fixed, 0, ends, engine)
+        if options is not None:
+            tasks = BatchTasks.of_candidate(scn, cand)
+            found = framework_split(fixed, 0, options, None if ranking == "closed-form" else
+                                    lambda nodes: batch_step_s(tasks, 0, nodes))
+            if found is None:
+                raise InfeasibleError(f"no split framework {fw.name} generates fits in memory: "
+                                      + diagnose.config_message(scn, cand, None, engine, threads))
+            ends = found[2]
+        else:
+            ends = ends_of(fixed, result, 0)
+            if ranking == "schedule":
+                ends = polish_split(scn, cand, fixed, 0, ends, engine)
     else:
         ends = [int(e) for e in np.cumsum(layers_per_stage)]
         if not all(stage["fits"] for stage in stage_details(fixed, 0, ends)):
@@ -132,7 +151,7 @@ def simulate(plan: Plan, model=None, cluster=None, job: JobSpec | None = None, *
     """
     model, cluster, job = coerce_inputs(model if model is not None else plan.model["name"],
                                         cluster if cluster is not None else plan.cluster["name"],
-                                        job if job is not None else JobSpec(**plan.job),
+                                        job if job is not None else JobSpec.of_document(plan.job),
                                         devices=plan.cluster["devices"] if cluster is None else None)
     scn = Scenario(model, cluster, job, source)
     cand = Candidate.of_parallelism(plan.parallelism, model.tied_embeddings)

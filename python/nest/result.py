@@ -24,21 +24,20 @@ Besides the keys of DESIGN.md section 5, the document has
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from .cost.pricing import KindTimes
-from .cost.scenario import Scenario
+from .cost.scenario import AnalyticSource, Scenario
 from .dp import engine as engines
-from .dp.problem import DPProblem, sync_time
+from .dp.problem import DPProblem
 from .dp.reference import stage_details
 from .network.layout import Layout, RankPlacement, rank_placement
 from .parallel import Candidate
-from .schedule import pipeline
 from .schedule.step import StepTiming, batch_timing
 from .schedule.tasks import BatchTasks
-from .specs import OVERLAP_SWITCHES
+from .search.problems import split_closed_form_ps
 from .units import PS
 
 
@@ -121,11 +120,7 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
     cfg, pp, dp = cand.cfg, cand.pp, cand.dp
     micro_batches = scn.micro_batches(cand)
     details = stage_details(problem, local, ends)
-    w_max = max(d["params"] for d in details)
-    sync_ps = sync_time(float(problem.cand_g0[local]), float(problem.cand_g1[local]), w_max)
-    pipeline_ps = pipeline.pipeline_ps(problem.cand_scale[local], problem.cand_head_scale[local],
-                                       problem.cand_offset[local], [d["time_ps"] for d in details])
-    closed_form = (pipeline_ps + sync_ps) / PS
+    closed_form = split_closed_form_ps(problem, local, details) / PS
     tasks = BatchTasks.of_candidate(scn, cand)
     timing = batch_timing(tasks, 0, [d["end"] - d["start"] for d in details], "python" if engine == "python" else "cpp")
     step = timing.step_s
@@ -162,9 +157,10 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
         candidates_evaluated=evaluated,
         candidates_total=candidates_total,
         model={"name": scn.model.name, "parameters": scn.source.parameters,
-               "active_parameters": scn.source.active_parameters, "layers": scn.model.num_layers},
-        job={"global_batch": scn.job.global_batch, "seq_len": scn.job.seq_len, "dtype": scn.job.dtype,
-             **{name: getattr(scn.job, name) for name in OVERLAP_SWITCHES if getattr(scn.job, name)}},
+               "active_parameters": scn.source.active_parameters, "layers": scn.model.num_layers,
+               # the architecture a launch configuration needs (none for measured layers)
+               "spec": asdict(scn.model) if isinstance(scn.source, AnalyticSource) else None},
+        job=scn.job.document(),
         cluster={"name": scn.cluster.name, "devices": scn.cluster.num_devices,
                  "device": scn.cluster.device.name,
                  "tiers": [{"name": t.name, "fanout": t.fanout, "bandwidth_GBps": t.bandwidth / 1e9,

@@ -345,6 +345,9 @@ class JobSpec:
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     tp_comm_overlap: bool = False
+    # The framework the plan is for (nest.frameworks): the search keeps to what it can run
+    # and the plan launches in it with the meaning nest priced; "any": nest's whole space.
+    framework: str = "any"
 
     def __post_init__(self):
         for name in ("flash_attention", "uneven_batch", *OVERLAP_SWITCHES):
@@ -355,6 +358,7 @@ class JobSpec:
         require(self.global_batch * self.seq_len <= MAX_TOKENS, "job.global_batch",
                 self.global_batch, f"times seq_len ({self.seq_len}) must be at most {MAX_TOKENS} tokens")
         _choice("job.dtype", self.dtype, tuple(DTYPE_BYTES))
+        _choice("job.framework", self.framework, FRAMEWORKS)
         _non_negative_real("job.reserved_memory_bytes", self.reserved_memory_bytes)
 
     @property
@@ -370,6 +374,21 @@ class JobSpec:
         """Whether any end-of-step data-parallel collective overlaps compute."""
         return self.overlap_grad_reduce or self.overlap_param_gather
 
+    def document(self) -> dict:
+        """The ``job`` object of a plan's JSON document (overlap switches only when on)."""
+        return {"global_batch": self.global_batch, "seq_len": self.seq_len, "dtype": self.dtype,
+                **{name: True for name in OVERLAP_SWITCHES if getattr(self, name)},
+                "optimizer": self.optimizer.name, "flash_attention": self.flash_attention,
+                "framework": self.framework}
+
+    @staticmethod
+    def of_document(data: dict) -> "JobSpec":
+        """The job of a plan's JSON document (:meth:`document`; documents of earlier
+        versions lack the later keys)."""
+        data = dict(data)
+        optimizer = OptimizerSpec.named(data.pop("optimizer", "adam"))
+        return from_mapping(JobSpec, {**data, "optimizer": optimizer}, "plan.job")
+
     def micro_batches(self, dp, micro_batch):
         """Micro-batches per replica and step (ceil; exact when the batch divides)."""
         return -(-self.global_batch // (dp * micro_batch))
@@ -377,6 +396,9 @@ class JobSpec:
 
 OVERLAP_SWITCHES = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
 """The :class:`JobSpec` switches of communication overlap (Megatron-LM's flag names)."""
+
+FRAMEWORKS = ("any", "megatron", "deepspeed", "torchtitan")
+"""The frameworks a job can target (``job.framework``; :mod:`nest.frameworks`)."""
 
 
 def field_names(cls) -> set[str]:

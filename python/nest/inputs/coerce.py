@@ -4,7 +4,8 @@ simulator all resolve a model, a cluster and a job here, with the same defaults.
 from __future__ import annotations
 
 from ..errors import SpecError
-from ..specs import ClusterSpec, JobSpec, ModelSpec, OptimizerSpec
+from ..frameworks import framework
+from ..specs import FRAMEWORKS, ClusterSpec, JobSpec, ModelSpec, OptimizerSpec
 from .loading import load_cluster, load_model
 
 
@@ -13,7 +14,14 @@ def job_spec(model: ModelSpec, *, global_batch: int | None = None, seq_len: int 
     """The job of ``model`` with the given settings: ``global_batch`` defaults to the
     model's published batch (SpecError when it has none), ``seq_len`` to the model's,
     ``optimizer`` is a name (``adam``, ``sgd``) or an :class:`~nest.specs.OptimizerSpec`;
-    ``options`` are the other :class:`~nest.specs.JobSpec` fields."""
+    ``options`` are the other :class:`~nest.specs.JobSpec` fields. An overlap switch that
+    is None or not given takes the target framework's default
+    (:meth:`~nest.frameworks.Framework.job_defaults`: torchtitan's FSDP2 always overlaps
+    the gradient reduction), else off."""
+    options = {key: value for key, value in options.items() if value is not None}
+    if options.get("framework", "any") in FRAMEWORKS:  # else JobSpec names the bad value
+        for key, value in framework(options.get("framework", "any")).job_defaults().items():
+            options.setdefault(key, value)
     batch = global_batch if global_batch is not None else model.default_global_batch
     if not batch:
         raise SpecError(f"job.global_batch: model {model.name} has no default global batch; pass one "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..frameworks import framework
 from ..result import Plan
 from ..schedule.simulate import SimResult
 from ..units import GiB
@@ -47,7 +48,8 @@ def render(plan: Plan) -> str:
     lines = [
         f"nest plan: {m['name']} ({m['parameters'] / 1e9:.2f}B parameters) on {c['name']} "
         f"({c['devices']} x {c['device']})",
-        f"job: global batch {j['global_batch']} x seq {j['seq_len']} tokens, {j['dtype']}",
+        f"job: global batch {j['global_batch']} x seq {j['seq_len']} tokens, {j['dtype']}"
+        + ("" if j.get("framework", "any") == "any" else f", for {framework(j['framework']).version}"),
         "",
         f"parallelism: TP {p['tp']}  PP {p['pp']}  DP {p['dp']}  CP {p['cp']}  EP {p['ep']}  "
         f"VP {p['vp']}  SP {'on' if p['sp'] else 'off'}  ZeRO {p['zero']}  recompute {p['recompute']}",

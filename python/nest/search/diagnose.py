@@ -16,14 +16,15 @@ from ..cost.scenario import Scenario
 from ..dp import engine as engines
 from ..dp.problem import INF
 from ..dp.reference import stage_details
-from ..errors import SpecError
+from ..errors import InfeasibleError, RuleError, SpecError
+from ..frameworks import framework
 from ..parallel import RECOMPUTE_MODES, Candidate, SpaceLimits
 from ..presets.clusters import CLUSTERS, GRAPH_CLUSTERS
 from ..specs import ClusterSpec
 from ..units import GiB
 from .floors import memory_bound
 from .problems import ends_of, problem
-from .space import Partials, enumerate_partials, expand
+from .space import Partials, enumerate_partials, expand, expand_arrays
 
 
 def memory_message(scn: Scenario, partials: Partials, memory, limits: SpaceLimits,
@@ -39,8 +40,9 @@ def memory_message(scn: Scenario, partials: Partials, memory, limits: SpaceLimit
     limits allow.
     """
     capacity = scn.cluster.device.memory_bytes
-    frugal = np.argsort(memory, kind="stable")[:4]
-    cands = expand(partials, frugal, limits)
+    cands = expand(partials, _frugal(scn, partials, memory, limits), limits)
+    if not cands:
+        raise InfeasibleError(empty_space_message(scn, limits))
     needs = [(_min_capacity(scn, c, engine, threads), i) for i, c in enumerate(cands)]
     needed, i = min(needs)
     c = cands[i]
@@ -57,6 +59,25 @@ def memory_message(scn: Scenario, partials: Partials, memory, limits: SpaceLimit
             f"zero={c.zero} micro_batch={c.cfg.micro_batch} recompute={c.cfg.recompute}; "
             f"{_memory_parts(scn, c, needed, engine, threads)}{tried}); smallest changes that fit: "
             + "; or ".join(changes))
+
+
+def _frugal(scn: Scenario, partials: Partials, memory, limits: SpaceLimits, scan: int = 4096) -> np.ndarray:
+    """The four most frugal partials by ``memory`` (a bound that shards with ZeRO-3);
+    under a framework, which may forbid ZeRO-2/3 with pipelining, the two most frugal of
+    each pipeline depth whose candidates it runs (among the ``scan`` most frugal)."""
+    order = np.argsort(memory, kind="stable")
+    if scn.job.framework == "any":
+        return order[:4]
+    order = order[:scan]
+    _, source, _ = expand_arrays(partials, order, limits)
+    admitted = np.isin(order, source)  # partials with a candidate the framework runs
+    picked, per_depth = [], {}
+    for i in order[admitted]:
+        depth = int(partials.pp[i])
+        if per_depth.get(depth, 0) < 2:
+            per_depth[depth] = per_depth.get(depth, 0) + 1
+            picked.append(i)
+    return np.array(picked, dtype=np.int64)
 
 
 def _memory_parts(scn: Scenario, cand: Candidate, capacity: float, engine: str, threads: int | None) -> str:
@@ -191,7 +212,8 @@ def empty_space_message(scn: Scenario, limits: SpaceLimits) -> str:
     restricted = [f"{f}={','.join(map(str, v))}" for f, v in vars(limits).items() if v is not None]
     why = (f" under the limits {' '.join(restricted)}; lift some of them" if restricted else
            "; use more devices or a larger global batch")
-    return (f"no configuration of {scn.model.name} fits {scn.cluster.num_devices} devices with global "
+    target = "" if scn.job.framework == "any" else f" that framework {scn.job.framework} can run"
+    return (f"no configuration of {scn.model.name}{target} fits {scn.cluster.num_devices} devices with global "
             f"batch {scn.job.global_batch}{why}")
 
 
@@ -230,10 +252,12 @@ def config_message(scn: Scenario, cand: Candidate, ends: list[int] | None, engin
             on_cluster = True
     if not on_cluster:  # no single change fits these devices: the frugal settings together
         cfg = cand.cfg
-        zero = 3 if cand.dp * cfg.cp > 1 else cand.zero
+        zeros = (3, 2, 1, cand.zero) if cand.dp * cfg.cp > 1 else (cand.zero,)
+        zero = next((z for z in zeros if _runs(scn, replace(cand, zero=z, cfg=replace(cfg, recompute="full")))),
+                    cand.zero)
         for mb in dict.fromkeys((cfg.micro_batch, 1)):
             frugal = replace(cand, zero=zero, cfg=replace(cfg, recompute="full", micro_batch=mb))
-            if frugal == cand:
+            if frugal == cand or not _runs(scn, frugal):
                 continue
             need = _need(scn, frugal, ends, engine, threads)
             if need <= capacity:
@@ -254,11 +278,21 @@ def _need(scn: Scenario, cand: Candidate, ends: list[int] | None, engine: str, t
     return max(d["memory_bytes"] for d in stage_details(problem(scn, [cand]), 0, ends))
 
 
+def _runs(scn: Scenario, cand: Candidate) -> bool:
+    """Whether the job's framework runs ``cand`` (a suggestion must be one it can)."""
+    try:
+        framework(scn.job.framework).check(scn.model, scn.job, cand)
+    except RuleError:
+        return False
+    return True
+
+
 def _single_changes(scn: Scenario, cand: Candidate, fixed_split: bool) -> list[list[tuple]]:
     """One-knob changes of ``cand`` that lower memory, by kind (least disruptive kind
     first), each kind's options weakest first: ``(label, candidate, keeps the split)``.
     Every option is a valid configuration (ZeRO needs data or context parallelism; a
-    divisor of the micro-batch keeps the batch divisible and the interleaving rule)."""
+    divisor of the micro-batch keeps the batch divisible and the interleaving rule) that
+    the job's framework runs."""
     cfg = cand.cfg
     kinds = []
     if cand.dp * cfg.cp > 1:
@@ -278,6 +312,7 @@ def _single_changes(scn: Scenario, cand: Candidate, fixed_split: bool) -> list[l
             stages.append((f"pp={pp}{more}", replace(cand, pp=pp, cfg=replace(cfg, tied_copy=tied)), False))
             pp *= 2
         kinds.append(stages)
+    kinds = [[option for option in kind if _runs(scn, option[1])] for kind in kinds]
     return [k for k in kinds if k]
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..cost.pricing import Priced, price, sync_weights
 from ..cost.scenario import Scenario
-from ..dp.problem import DPProblem, DPResult
+from ..dp.problem import DPProblem, DPResult, sync_time
 from ..network.placement import to_ps
 from ..parallel import Candidate
 from ..schedule import pipeline
@@ -135,6 +135,15 @@ def select(rows: dict, keep: np.ndarray) -> dict:
     out["pos_tier"] = rows["pos_tier"][position_keep]
     out["pos_offset"] = np.concatenate(([0], np.cumsum(positions[keep]))).astype(np.int64)
     return out
+
+
+def split_closed_form_ps(problem: DPProblem, n: int, details: list[dict]) -> int:
+    """The closed form (pipeline and the heaviest stage's sync, picoseconds) of candidate
+    ``n`` split as ``details`` (:func:`~nest.dp.reference.stage_details`)."""
+    w_max = max(d["params"] for d in details)
+    sync_ps = sync_time(float(problem.cand_g0[n]), float(problem.cand_g1[n]), w_max)
+    return pipeline.pipeline_ps(problem.cand_scale[n], problem.cand_head_scale[n], problem.cand_offset[n],
+                                [d["time_ps"] for d in details]) + sync_ps
 
 
 def ends_of(problem: DPProblem, result: DPResult, n: int) -> list[int]:

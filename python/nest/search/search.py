@@ -64,13 +64,14 @@ from ..dp import engine as engines
 from ..dp.problem import INF, SOLVED, DPProblem, DPResult
 from ..dp.reference import stage_details, stage_times
 from ..errors import InfeasibleError, SpecError
+from ..frameworks import framework
 from ..parallel import Candidate, CandidateArrays, SpaceLimits
 from ..schedule.step import batch_step_s, batch_timing
 from ..schedule.tasks import BatchTasks
 from ..units import PS
 from . import diagnose
 from .floors import Ranking, candidate_bound, cheap_bound, chunk_memory, memory_bound, partial_bound_of, table_bound
-from .problems import build_problem, dp_rows, ends_of, select
+from .problems import build_problem, dp_rows, ends_of, select, split_closed_form_ps
 from .space import Partials, PartialSpace, enumerate_partials, expand_arrays
 
 BLOCK = 2048
@@ -103,6 +104,29 @@ class SearchOutcome:
     total: int
     bounded: int = 0
     partials: int = 0
+    ends: list[int] | None = None  # the split, when the framework's splits replace the DP's
+
+    def split(self) -> list[int]:
+        """The winning split's stage ends."""
+        return self.ends if self.ends is not None else ends_of(self.problem, self.result, self.local)
+
+
+def framework_split(problem: DPProblem, n: int, options, schedule_ps=None) -> tuple[int, int, list[int]] | None:
+    """The best of a framework's splits (``options``: ``(nodes per stage, launch options)``)
+    for candidate ``n`` of ``problem``: ``(score, closed form, stage ends)`` of the fitting
+    split with the smallest score (the exact schedule ``schedule_ps(nodes)``, or without it
+    the closed form), then closed form, then ends; None when none fits."""
+    best = None
+    for nodes, _ in options:
+        ends = np.cumsum(nodes).tolist()
+        details = stage_details(problem, n, ends)
+        if not all(d["fits"] for d in details):
+            continue
+        closed = split_closed_form_ps(problem, n, details)
+        score = closed if schedule_ps is None else schedule_ps(nodes)
+        if best is None or (score, closed, ends) < best:
+            best = (score, closed, ends)
+    return best
 
 
 class _Search:
@@ -124,6 +148,7 @@ class _Search:
         self.evaluated = self.priced = self.bounded = 0
         self.ranking = ranking  # None: by the closed form
         self.closed_form = INF  # the incumbent's
+        self.framework = framework(scn.job.framework)
 
     def limit(self, vp) -> np.ndarray:
         """Per candidate (by its ``vp``): the largest closed form, or bound on it, that can
@@ -144,7 +169,8 @@ class _Search:
         """Add partials (found by a later pass) to the ones blocks index into."""
         old = self.partials
         self.partials = Partials(old.configs, *(np.concatenate((getattr(old, f), getattr(partials, f)))
-                                                for f in ("config", "pp", "dp", "vp")), old.config_arrays)
+                                                for f in ("config", "pp", "dp", "vp")), old.config_arrays,
+                                 old.admission)
         self.numbers = np.concatenate((self.numbers, numbers))
 
     def block(self, index: np.ndarray) -> None:
@@ -194,16 +220,28 @@ class _Search:
             closed_form = int(result.objective[n])
             if not self._may_win(closed_form, cands.vp[n]):
                 continue  # the incumbent improved since the batch was filtered
-            if self.ranking is None:
+            options = self.framework.splits(problem.num_nodes, int(cands.pp[n]), int(cands.vp[n]))
+            ends = None
+            if options is not None:  # the framework's own splits: the DP's optimum bounds them
+                if self.ranking is not None:
+                    tasks = tasks or BatchTasks.of(priced)
+                row = int(kept[n])
+                found = framework_split(problem, n, options, None if self.ranking is None else
+                                        lambda nodes: self._layers_ps(tasks, row, nodes))
+                if found is None:
+                    continue
+                score, closed_form, ends = found
+            elif self.ranking is None:
                 score = closed_form
             elif work_floor_ps(problem, result, n, int(cands.pp[n]), int(micro[n])) > self.score:
                 continue  # its busiest rank alone takes longer than the incumbent's step
             else:
                 tasks = tasks or BatchTasks.of(priced)
-                score = self._schedule_ps(tasks, int(kept[n]), problem, result, n)
+                score = self._layers_ps(tasks, int(kept[n]), np.diff([0] + ends_of(problem, result, n)).tolist())
             if (score, closed_form, key) < (self.score, self.closed_form, self.key or ()):
                 self.score, self.closed_form, self.key = score, closed_form, key
-                self.best = SearchOutcome(cands.candidate(self.table.configs, n), problem, result, n, 0, 0)
+                self.best = SearchOutcome(cands.candidate(self.table.configs, n), problem, result, n, 0, 0,
+                                          ends=ends)
 
     def _may_win(self, closed_form, vp) -> np.ndarray:
         """Whether a split with this closed form may still beat the incumbent: its closed
@@ -214,10 +252,9 @@ class _Search:
             return within
         return within | self.ranking.uses_floor(vp)
 
-    def _schedule_ps(self, tasks: BatchTasks, row: int, problem: DPProblem, result: DPResult, n: int) -> int:
-        """The exact schedule of the DP's split of candidate ``n`` (priced row ``row``), in
-        picoseconds."""
-        layers = np.diff([0] + ends_of(problem, result, n)).tolist()
+    def _layers_ps(self, tasks: BatchTasks, row: int, layers) -> int:
+        """The exact schedule of priced row ``row`` split into ``layers`` nodes per stage,
+        in picoseconds."""
         if self.engine == "python":
             return int(round(batch_timing(tasks, row, layers, "python").step_s * PS))
         return int(round(batch_step_s(tasks, row, layers) * PS))
@@ -259,7 +296,8 @@ class _Pass:
                                          else np.zeros(0, dtype=dtype))
         self.bound, owner, config, self.numbers = cat(0), cat(1), cat(2), cat(3)
         combo = lambda values: np.concatenate(values)[owner] if values else np.zeros(0, dtype=np.int64)  # noqa: E731
-        self.partials = Partials(space.configs, config, combo(pp), combo(dp), combo(vp), space.config_arrays)
+        self.partials = Partials(space.configs, config, combo(pp), combo(dp), combo(vp), space.config_arrays,
+                                 space.admission)
 
 
 def check_ranking(ranking: str) -> None:
@@ -278,6 +316,7 @@ def search(scn: Scenario, limits: SpaceLimits = SpaceLimits(), engine: str = "cp
     check_ranking(ranking)
     by = Ranking() if ranking == "schedule" else None
     space = PartialSpace(scn.model, scn.cluster, scn.job, scn.num_nodes, limits)
+    limits = space.limits  # what the target framework has of the user's limits
     if not len(space.configs):
         raise InfeasibleError(diagnose.empty_space_message(scn, limits))
     table = scn.config_table(space.configs, space.config_arrays)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import SpecError
+from ..frameworks import Columns, Framework, framework
 from ..parallel import (
     RANK_ORDERS,
     RECOMPUTE_MODES,
@@ -55,9 +56,35 @@ def divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
+@dataclass(frozen=True)
+class Admission:
+    """The target framework's rules for one job (:mod:`nest.frameworks`): the dimensions'
+    values it has (:meth:`limits`) and which full candidates it runs (:meth:`mask`)."""
+
+    framework: Framework
+    model: ModelSpec
+    job: JobSpec
+
+    @staticmethod
+    def of(model: ModelSpec, job: JobSpec) -> "Admission":
+        """The rules of ``job.framework`` (SpecError when the job itself cannot run there)."""
+        fw = framework(job.framework)
+        fw.job_errors(model, job)
+        return Admission(fw, model, job)
+
+    def limits(self, limits: SpaceLimits) -> SpaceLimits:
+        """``limits`` narrowed to what the framework has."""
+        return self.framework.limits(limits, self.model, self.job)
+
+    def mask(self, cands: CandidateArrays, arrays: ConfigArrays) -> np.ndarray:
+        """Which of ``cands`` (layer configurations in ``arrays``) the framework runs."""
+        return self.framework.admit(self.model, self.job, Columns.of(cands, arrays, self.job))
+
+
 @dataclass
 class Partials:
-    """Column-wise partial candidates; ``config`` indexes ``configs``."""
+    """Column-wise partial candidates; ``config`` indexes ``configs``. ``admission``: the
+    framework rules their full candidates are expanded under."""
 
     configs: list[LayerConfig]
     config: np.ndarray
@@ -65,6 +92,7 @@ class Partials:
     dp: np.ndarray
     vp: np.ndarray
     config_arrays: ConfigArrays | None = None  # ``configs`` as columns
+    admission: Admission | None = None
 
     def __len__(self) -> int:
         return len(self.config)
@@ -118,6 +146,8 @@ class PartialSpace:
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, num_nodes: int,
                  limits: SpaceLimits = SpaceLimits()):
+        self.admission = Admission.of(model, job)
+        self.limits = limits = self.admission.limits(limits)
         self.num_nodes, self.devices = num_nodes, cluster.num_devices
         self.tied = bool(model.tied_embeddings)
         tps = list(limits.tp) if limits.tp is not None else tensor_parallel_degrees(model, cluster)
@@ -274,7 +304,8 @@ class PartialChunk:
 
     def partials(self, space: PartialSpace) -> Partials:
         o = self.owner
-        return Partials(space.configs, self.config, self.pp[o], self.dp[o], self.vp[o], space.config_arrays)
+        return Partials(space.configs, self.config, self.pp[o], self.dp[o], self.vp[o], space.config_arrays,
+                        space.admission)
 
 
 def enumerate_partials(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, num_nodes: int,
@@ -284,40 +315,27 @@ def enumerate_partials(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, num
     space = PartialSpace(model, cluster, job, num_nodes, limits)
     parts = [chunk.partials(space) for chunk in space.chunks()]
     if not parts:
-        return _empty()
+        return Partials([], *(np.zeros(0, dtype=np.int64) for _ in range(4)), admission=space.admission)
     cat = lambda name: np.concatenate([getattr(chunk, name) for chunk in parts])  # noqa: E731
-    return Partials(space.configs, cat("config"), cat("pp"), cat("dp"), cat("vp"), space.config_arrays)
-
-
-def _empty() -> Partials:
-    return Partials([], *(np.zeros(0, dtype=np.int64) for _ in range(4)))
+    return Partials(space.configs, cat("config"), cat("pp"), cat("dp"), cat("vp"), space.config_arrays,
+                    space.admission)
 
 
 def expand(partials: Partials, index: np.ndarray, limits: SpaceLimits = SpaceLimits()) -> list[Candidate]:
-    """Full candidates of the partial candidates at ``index``: ZeRO stages x rank orders."""
-    orders = limits.rank_order or RANK_ORDERS
-    for order in orders:
-        parse_order(order)
-    out = []
-    for i in index:
-        cfg = partials.configs[partials.config[i]]
-        pp, dp, vp = int(partials.pp[i]), int(partials.dp[i]), int(partials.vp[i])
-        sharded = dp * cfg.cp > 1
-        zeros = limits.zero if limits.zero is not None else ((1, 2, 3) if sharded else (0,))
-        for zero in zeros:
-            if zero and not sharded:
-                continue
-            # Orders that only permute dimensions of degree 1 give the same layout.
-            distinct = limits.rank_order is not None or (pp > 1 and dp > 1)
-            for order in (orders if distinct else orders[:1]):
-                out.append(Candidate(cfg, pp, dp, vp, zero, order))
-    return out
+    """Full candidates of the partial candidates at ``index``: ZeRO stages x rank orders
+    (:func:`expand_arrays` as :class:`~nest.parallel.Candidate` objects)."""
+    cands, _, _ = expand_arrays(partials, index, limits)
+    return [cands.candidate(partials.configs, i) for i in range(len(cands))]
 
 
 def expand_arrays(partials: Partials, index: np.ndarray, limits: SpaceLimits = SpaceLimits()
                   ) -> tuple[CandidateArrays, np.ndarray, np.ndarray]:
-    """:func:`expand` as columns, in the same order: the candidates, the partial each
-    comes from and its position among that partial's candidates."""
+    """Full candidates of the partial candidates at ``index``, as columns: ZeRO stages x
+    rank orders that the partials' framework runs (limits narrowed to it), in the order of
+    the partials, then ZeRO stage, then rank order; the partial each comes from and its
+    position among that partial's candidates."""
+    if partials.admission is not None:
+        limits = partials.admission.limits(limits)
     orders = tuple(limits.rank_order or RANK_ORDERS)
     for order in orders:
         parse_order(order)
@@ -344,6 +362,10 @@ def expand_arrays(partials: Partials, index: np.ndarray, limits: SpaceLimits = S
     source = index[owner]
     cands = CandidateArrays(partials.config[source], partials.pp[source], partials.dp[source],
                             partials.vp[source], zero, o_pos, orders)
+    if partials.admission is not None and partials.admission.framework.rules and len(cands):
+        keep = partials.admission.mask(cands, arrays)
+        if not keep.all():
+            return cands.take(keep), source[keep], within[keep]
     return cands, source, within
 
 

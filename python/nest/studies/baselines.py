@@ -36,6 +36,12 @@ costed by nest's model on the *real* cluster, or the reason it found none.
     Any configuration (:func:`nest.evaluate`'s keyword arguments).
 ``nest``
     :func:`nest.plan`.
+
+Under a job's framework (``job.framework``) every strategy keeps to what the framework
+runs: its limits narrow the values tried, ``manual`` takes the framework's default split
+and its nearest ZeRO stage (torchtitan's FSDP for the distributed optimizer), MCMC moves
+among the framework's splits, and a configuration that breaks one of its rules is
+infeasible for the strategy (its reason names the rule).
 """
 
 from __future__ import annotations
@@ -45,7 +51,8 @@ import random
 import time
 from dataclasses import dataclass, field, replace
 
-from ..errors import InfeasibleError, SpecError
+from ..errors import InfeasibleError, RuleError, SpecError
+from ..frameworks import framework
 from ..inputs.coerce import coerce_inputs
 from ..parallel import RANK_ORDERS, RECOMPUTE_MODES, SpaceLimits
 from ..planner import evaluate, plan
@@ -107,7 +114,7 @@ def _timed(name: str, run) -> StrategyResult:
     started = time.perf_counter()
     try:
         found, info = run()
-    except InfeasibleError as error:
+    except (InfeasibleError, RuleError) as error:  # a rule of the job's framework: not runnable there
         return StrategyResult(name, None, str(error), time.perf_counter() - started)
     if isinstance(found, str):
         return StrategyResult(name, None, found, time.perf_counter() - started, info)
@@ -150,6 +157,8 @@ def manual_config(model, cluster, job=None, *, source=None, limits: SpaceLimits 
     See the module docstring for the rules.
     """
     model, cluster, job = coerce_inputs(model, cluster, job)
+    fw = framework(job.framework)
+    limits = fw.limits(limits, model, job)
     devices = cluster.num_devices
     tps = list(limits.tp) if limits.tp else tensor_parallel_degrees(model, cluster)
     nodes = _nodes(model, source)
@@ -163,14 +172,27 @@ def manual_config(model, cluster, job=None, *, source=None, limits: SpaceLimits 
             return None
         dp = dps[-1]
         ep = math.gcd(model.num_experts, tp * dp) if model.is_moe else 1
-        kwargs = {"tp": tp, "pp": pp, "dp": dp, "micro_batch": 1, "recompute": recompute,
-                  "sp": tp > 1, "zero": 1 if dp > 1 else 0, "cp": 1, "ep": ep, "vp": 1,
-                  "rank_order": RANK_ORDERS[0], "layers_per_stage": manual_split(layers, pp)}
-        try:
-            return kwargs, evaluate(model, cluster, job, source=source, **kwargs)
-        except InfeasibleError as error:
-            reasons.append(f"tp={tp} pp={pp} dp={dp} recompute={recompute}: {error}")
-            return None
+        sp = tp > 1 and (limits.sp is None or True in limits.sp)
+        # The distributed optimizer with DP; where the framework lacks it, its sharding
+        # (ZeRO-3: torchtitan's FSDP) or none.
+        zeros = [z for z in ((1, 3, 2, 0) if dp > 1 else (0,)) if limits.zero is None or z in limits.zero]
+        splits = fw.splits(nodes, pp, 1)
+        split = splits[0][0] if splits else manual_split(layers, pp)  # the framework's default split
+        broken = []
+        for zero in zeros:
+            kwargs = {"tp": tp, "pp": pp, "dp": dp, "micro_batch": 1, "recompute": recompute, "sp": sp,
+                      "zero": zero, "cp": 1, "ep": ep, "vp": 1, "rank_order": (limits.rank_order or RANK_ORDERS)[0],
+                      "layers_per_stage": split}
+            try:
+                return kwargs, evaluate(model, cluster, job, source=source, **kwargs)
+            except RuleError as error:
+                broken.append(str(error))
+            except InfeasibleError as error:
+                reasons.append(f"tp={tp} pp={pp} dp={dp} recompute={recompute}: {error}")
+                return None
+        reasons.append(f"tp={tp} pp={pp} dp={dp} recompute={recompute}: "
+                       + (broken[0] if broken else f"no ZeRO stage among {limits.zero}"))
+        return None
 
     recomputes = list(limits.recompute) if limits.recompute else list(RECOMPUTE_MODES)
     # Depths that split the blocks evenly; practitioners also keep every device busy
@@ -297,6 +319,8 @@ class _Chain:
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, source, limits):
         self.model, self.cluster, self.job, self.source = model, cluster, job, source
+        self.framework = framework(job.framework)
+        limits = self.framework.limits(limits, model, job)
         self.devices = cluster.num_devices
         self.nodes = _nodes(model, source)
         self.tps = list(limits.tp) if limits.tp else tensor_parallel_degrees(model, cluster)
@@ -308,6 +332,7 @@ class _Chain:
         self.zeros = list(limits.zero) if limits.zero else [0, 1, 2, 3]
         self.batches = list(limits.micro_batch) if limits.micro_batch else divisors(job.global_batch)
         self.pps = list(limits.pp) if limits.pp else list(range(1, self.nodes + 1))
+        self.sequence_parallel = limits.sp is None or True in limits.sp
         self.cache: dict[tuple, float] = {}
         self.plans: dict[tuple, Plan] = {}
         self.evaluations = 0
@@ -334,13 +359,24 @@ class _Chain:
             s["vp"] = 1
         if s["dp"] * s["cp"] == 1:
             s["zero"] = 0
-        s["sp"] = s["tp"] > 1
+        s["sp"] = s["tp"] > 1 and self.sequence_parallel
         stages = s["pp"] * s["vp"]
         if stages > self.nodes:
             return None
-        if resplit or len(s["split"]) != stages:
+        options = self.splits(s["pp"], s["vp"])
+        if options is not None:  # the framework splits the layers itself
+            if not options:
+                return None
+            if list(s["split"]) not in options:
+                s["split"] = list(options[0])
+        elif resplit or len(s["split"]) != stages:
             s["split"] = even_split(self.nodes, stages)
         return s
+
+    def splits(self, pp: int, vp: int) -> list[list[int]] | None:
+        """The splits the job's framework can run (None: any)."""
+        options = self.framework.splits(self.nodes, pp, vp)
+        return None if options is None else [list(nodes) for nodes, _ in options]
 
     def cost(self, s: dict) -> float:
         k = self.key(s)
@@ -368,6 +404,10 @@ class _Chain:
     def propose(self, s: dict, rng: random.Random) -> dict | None:
         dim = rng.choice(_DIMENSIONS)
         t = dict(s)
+        options = self.splits(s["pp"], s["vp"]) if dim == "split" else None
+        if options is not None:
+            others = [o for o in options if o != list(s["split"])]
+            return self.repair({**t, "split": rng.choice(others)}, resplit=False) if others else None
         if dim == "split":
             split = list(s["split"])
             if len(split) < 2:

@@ -12,7 +12,7 @@ A grid file (YAML or JSON) names the axes; their cartesian product is the scenar
     oversubscription: {spine: [1, 2]}          # optional, per tier: replaces the tier's value
     memory_GiB: [80, 141]                      # optional HBM sizes (omit: the device's own)
     jobs:                                      # optional (omit: each model's published job)
-      - {global_batch: 1024, seq_len: 4096}    # also dtype and the overlap switches
+      - {global_batch: 1024, seq_len: 4096}    # also dtype, framework and the overlap switches
                                                # (overlap_grad_reduce: true, ...)
     price_per_device_hour: 2.5                 # optional: adds cost_per_Mtoken to each row
     plot: {x: bw_leaf, y: throughput}          # optional: plot axes (see sweep_plot)
@@ -83,14 +83,14 @@ from ..inputs.loading import load_cluster, load_model
 from ..planner import plan
 from ..presets.clusters import CLUSTERS
 from ..report.progress import Progress
-from ..specs import OVERLAP_SWITCHES
+from ..specs import FRAMEWORKS, OVERLAP_SWITCHES
 from ..units import GiB
 from .journal import Journal, journal_path, read_journal, write_table
 from .sweep_plot import sweep_plot
 
 _GRID_KEYS = {"models", "clusters", "bandwidth_multipliers", "oversubscription", "memory_GiB",
               "jobs", "price_per_device_hour", "plot", "name"}
-_JOB_KEYS = {"global_batch", "seq_len", "dtype", *OVERLAP_SWITCHES}
+_JOB_KEYS = {"global_batch", "seq_len", "dtype", "framework", *OVERLAP_SWITCHES}
 
 MAX_SCENARIOS = 1_000_000
 """Most scenarios one grid may expand to (a million plans is hours of CPU; beyond that a
@@ -147,8 +147,11 @@ def read_grid(grid) -> dict:
     return data
 
 
-def expand_grid(grid) -> list[Scenario]:
-    """Validate the grid and list its scenarios (cartesian product, grid order)."""
+def expand_grid(grid, framework: str | None = None) -> list[Scenario]:
+    """Validate the grid and list its scenarios (cartesian product, grid order);
+    ``framework`` (other than ``any``) is the framework of every job that names none."""
+    if framework is not None and framework not in FRAMEWORKS:
+        raise SpecError(f"framework = {short_repr(framework)}: must be one of {', '.join(FRAMEWORKS)}")
     data = read_grid(grid)
     base = Path(data.pop("__base__")) if "__base__" in data else None
     reject_unknown_keys(data, _GRID_KEYS, "grid")
@@ -236,10 +239,16 @@ def expand_grid(grid) -> list[Scenario]:
                 _number(job[key], f"grid.jobs[{j}].{key}", integer=True)
         if "dtype" in job and job["dtype"] not in ("bf16", "fp16", "fp8", "fp32"):
             raise SpecError(f"grid.jobs[{j}].dtype = {short_repr(job['dtype'])}: must be one of bf16, fp16, fp8, fp32")
+        if "framework" in job and job["framework"] not in FRAMEWORKS:
+            raise SpecError(f"grid.jobs[{j}].framework = {short_repr(job['framework'])}: must be one of "
+                            f"{', '.join(FRAMEWORKS)}")
         for key in OVERLAP_SWITCHES:
             if key in job and not isinstance(job[key], bool):
                 raise SpecError(f"grid.jobs[{j}].{key} = {short_repr(job[key])}: must be true or false")
         jobs.append({k: job[k] for k in sorted(job)})
+    if framework not in (None, "any"):  # unchanged ids (and resumes) for grids without one
+        jobs = [{"framework": framework, **(job or {})} for job in jobs]
+        jobs = [{k: job[k] for k in sorted(job)} for job in jobs]
     price = data.get("price_per_device_hour")
     if price is not None:
         _number(price, "grid.price_per_device_hour")
@@ -338,7 +347,8 @@ def build_inputs(params: dict):
     if params.get("job"):
         spec = params["job"]
         job = job_spec(model, global_batch=spec.get("global_batch"), seq_len=spec.get("seq_len"),
-                       dtype=spec.get("dtype", "bf16"), **{key: spec[key] for key in OVERLAP_SWITCHES if key in spec})
+                       dtype=spec.get("dtype", "bf16"), framework=spec.get("framework", "any"),
+                       **{key: spec[key] for key in OVERLAP_SWITCHES if key in spec})
     return model, cluster, job
 
 
@@ -362,8 +372,9 @@ def _flat_params(params: dict) -> dict:
     job = params.get("job") or {}
     row["global_batch"] = job.get("global_batch")
     row["seq_len"] = job.get("seq_len")
-    if "dtype" in job:
-        row["dtype"] = job["dtype"]
+    for key in ("dtype", "framework"):
+        if key in job:
+            row[key] = job[key]
     for key in OVERLAP_SWITCHES:
         if key in job:
             row[key] = job[key]
@@ -461,14 +472,16 @@ def _iter_dask(batches, scheduler=None, dask_local=None):
 
 def run_sweep(grid_path, out_path, *, scheduler: str | None = None, dask_local: int | None = None,
               quiet: bool = False, plot: str | None = None, workers: int | None = None,
-              batch_size: int | None = None, table_every_s: float = 10.0, stream=None) -> dict:
+              batch_size: int | None = None, table_every_s: float = 10.0, stream=None,
+              framework: str | None = None) -> dict:
     """Run (or resume) the sweep of ``grid_path`` into ``out_path``; return a summary.
 
     ``out_path`` ends in ``.jsonl``, ``.csv`` or ``.parquet``. ``scheduler`` (a Dask
     address) or ``dask_local`` (a local Dask cluster of N workers) choose Dask; otherwise
     a spawn process pool of ``workers`` processes (default: all cores). ``plot`` writes
-    the co-design plot. SpecError on a bad grid or output path; a scenario's own failure
-    is a row, never an exception.
+    the co-design plot. ``framework`` is the target framework of every job that names none
+    (the grid's ``jobs[].framework``). SpecError on a bad grid or output path; a scenario's
+    own failure is a row, never an exception.
     """
     started = time.perf_counter()
     out = Path(out_path)
@@ -485,7 +498,7 @@ def run_sweep(grid_path, out_path, *, scheduler: str | None = None, dask_local: 
         raise SpecError(f"dask_local = {short_repr(dask_local)}: must be a positive integer")
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise SpecError(f"workers = {short_repr(workers)}: must be a positive integer")
-    scenarios = expand_grid(grid_path)
+    scenarios = expand_grid(grid_path, framework)
     options = grid_options(grid_path)
     journal = journal_path(out)
     existing = read_journal(journal)

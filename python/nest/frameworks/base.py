@@ -1,0 +1,197 @@
+"""What a training framework can run, as rules over candidates, and how a plan is launched.
+
+A :class:`Framework` has rules (:class:`Rule`): each says which candidates the framework
+can run, cites the framework's own source it comes from, and names the closest change that
+makes a violating candidate expressible. The search keeps only the candidates every rule
+admits (:meth:`Framework.admit`, a mask over candidate columns), ``nest evaluate`` rejects a
+fixed candidate that breaks one with the rule's name (:meth:`Framework.check`), and
+:meth:`Framework.emit` writes the launch configuration of a plan with exactly the plan's
+meaning. A framework may also narrow whole dimensions (:meth:`Framework.limits`: the rank
+orders it can place ranks in, the ZeRO stages it has, interleaving), which the search
+applies before enumerating.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import numpy as np
+
+from ..errors import RuleError, SpecError
+from ..parallel import RECOMPUTE_MODES, Candidate, CandidateArrays, ConfigArrays, SpaceLimits, parse_order
+from ..specs import JobSpec, ModelSpec
+from .plan_reader import PlanReader
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Candidates as columns, one entry each: what the rules read (``recompute`` is an index
+    into :data:`~nest.parallel.RECOMPUTE_MODES`, ``order`` a rank-order string,
+    ``micro_batches`` the micro-batches per replica and step)."""
+
+    tp: np.ndarray
+    sp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    dp: np.ndarray
+    pp: np.ndarray
+    vp: np.ndarray
+    zero: np.ndarray
+    micro_batch: np.ndarray
+    recompute: np.ndarray
+    order: np.ndarray
+    micro_batches: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.tp)
+
+    @staticmethod
+    def of(cands: CandidateArrays, arrays: ConfigArrays, job: JobSpec) -> "Columns":
+        """The columns of ``cands`` (their layer configurations in ``arrays``)."""
+        c = cands.config
+        order = np.array(cands.orders, dtype=object)[cands.order] if len(cands) else np.zeros(0, dtype=object)
+        return Columns(arrays.tp[c], arrays.sp[c], arrays.cp[c], arrays.ep[c], cands.dp, cands.pp, cands.vp,
+                       cands.zero, arrays.micro_batch[c], arrays.recompute[c], order,
+                       job.micro_batches(cands.dp, arrays.micro_batch[c]))
+
+    @staticmethod
+    def of_candidate(cand: Candidate, job: JobSpec) -> "Columns":
+        """One candidate as one-entry columns."""
+        one = lambda value, dtype=np.int64: np.array([value], dtype=dtype)  # noqa: E731
+        cfg = cand.cfg
+        if cfg.recompute not in RECOMPUTE_MODES:
+            raise SpecError(f"recompute = {cfg.recompute!r}: must be one of {', '.join(RECOMPUTE_MODES)}")
+        return Columns(one(cfg.tp), one(cfg.sp, bool), one(cfg.cp), one(cfg.ep), one(cand.dp), one(cand.pp),
+                       one(cand.vp), one(cand.zero), one(cfg.micro_batch), one(RECOMPUTE_MODES.index(cfg.recompute)),
+                       np.array([cand.order], dtype=object), one(job.micro_batches(cand.dp, cfg.micro_batch)))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One thing a framework cannot run.
+
+    ``admits(model, job, columns)`` is a boolean mask (True: the candidate is fine);
+    ``text`` says the rule in words, ``source`` where the framework says it (file,
+    function, version), ``fix(model, job, candidate)`` the closest expressible change."""
+
+    name: str
+    text: str
+    source: str
+    admits: Callable[[ModelSpec, JobSpec, Columns], np.ndarray]
+    fix: Callable[[ModelSpec, JobSpec, Candidate], str]
+
+
+class Framework:
+    """A training framework: its name, the version its rules and launch output target,
+    its rules and its launch configuration (subclasses set :attr:`rules` and implement
+    :meth:`emit`)."""
+
+    name = "any"
+    version = ""
+    rules: tuple[Rule, ...] = ()
+
+    def limits(self, limits: SpaceLimits, model: ModelSpec, job: JobSpec) -> SpaceLimits:
+        """``limits`` narrowed to the dimensions' values the framework has."""
+        return limits
+
+    def splits(self, num_nodes: int, pp: int, vp: int) -> list[tuple[list[int], dict]] | None:
+        """The splits of a ``num_nodes`` chain into ``pp x vp`` virtual stages the framework
+        can run, as ``(nodes per stage, its launch options)``; None: any split."""
+        return None
+
+    def job_defaults(self) -> dict:
+        """:class:`~nest.specs.JobSpec` fields the framework fixes unless the user sets
+        them (:func:`nest.inputs.coerce.job_spec` applies them)."""
+        return {}
+
+    def job_errors(self, model: ModelSpec, job: JobSpec) -> None:
+        """SpecError when the job itself cannot run in the framework (its switches, its
+        dtype), whatever the configuration."""
+
+    def admit(self, model: ModelSpec, job: JobSpec, columns: Columns) -> np.ndarray:
+        """Which candidates every rule admits."""
+        ok = np.ones(len(columns), dtype=bool)
+        for rule in self.rules:
+            ok &= np.asarray(rule.admits(model, job, columns), dtype=bool)
+        return ok
+
+    def check(self, model: ModelSpec, job: JobSpec, cand: Candidate) -> None:
+        """:class:`~nest.errors.RuleError` naming the first rule ``cand`` breaks, its
+        source and the closest expressible change (SpecError when the job itself cannot
+        run in the framework)."""
+        self.job_errors(model, job)
+        columns = Columns.of_candidate(cand, job)
+        for rule in self.rules:
+            if not bool(np.asarray(rule.admits(model, job, columns))[0]):
+                raise RuleError(f"framework = {self.name}: {rule.name}: {rule.text} ({rule.source}); closest "
+                                f"expressible: {rule.fix(model, job, cand)}")
+
+    def emit(self, plan: dict) -> str:
+        """The launch configuration of a plan's JSON document: SpecError naming the rule
+        when the plan breaks one of the framework's rules (a plan made for another
+        framework), else :meth:`launch` of the checked document."""
+        reader = PlanReader(plan)
+        model = ModelSpec(**reader.architecture())
+        job = reader.job_spec()
+        self.check(model, job, Candidate.of_parallelism(plan["parallelism"], model.tied_embeddings))
+        return self.launch(reader)
+
+    def launch(self, plan: PlanReader) -> str:
+        """The launch configuration of a checked plan (subclasses)."""
+        raise SpecError(f"emit = {self.name}: not a launch target (use megatron, deepspeed or torchtitan)")
+
+    def notes(self, plan: dict) -> list[str]:
+        """What the launch needs besides the emitted text (environment variables)."""
+        return []
+
+
+_PLACED = ("tp", "cp", "dp", "pp")  # ep folds into tp x cp x dp and places nothing itself
+
+
+def _discordant(order: str, other: str) -> list[tuple[str, str]]:
+    """The pairs of placed dimensions whose nesting differs between two rank orders."""
+    a = {d: i for i, d in enumerate(parse_order(order))}
+    b = {d: i for i, d in enumerate(parse_order(other))}
+    return [(x, y) for x, y in itertools.combinations(_PLACED, 2) if (a[x] < a[y]) != (b[x] < b[y])]
+
+
+def same_layout(c: Columns, orders) -> np.ndarray:
+    """Per candidate: whether its rank order places ranks as one of ``orders`` does. Two
+    orders differ only where two dimensions of degree > 1 nest differently (``ep`` places
+    nothing), so ``cp-tp-ep-dp-pp`` with ``tp = 1`` is Megatron's default order."""
+    degree = {"tp": c.tp, "cp": c.cp, "dp": c.dp, "pp": c.pp}
+    ok = np.zeros(len(c), dtype=bool)
+    for order in set(c.order.tolist()):
+        rows = c.order == order
+        for other in orders:
+            same = rows.copy()
+            for x, y in _discordant(order, other):
+                same &= (degree[x] == 1) | (degree[y] == 1)
+            ok |= same
+    return ok
+
+
+def expressed_order(degrees: dict, order: str, orders) -> str | None:
+    """The first of ``orders`` that places ranks as ``order`` does for these degrees (a
+    mapping with ``tp``, ``cp``, ``dp``, ``pp``), or None."""
+    for other in orders:
+        if all(degrees[x] == 1 or degrees[y] == 1 for x, y in _discordant(order, other)):
+            return other
+    return None
+
+
+def narrowed(limits: SpaceLimits, rank_orders=None, **allowed) -> SpaceLimits:
+    """``limits`` with each named dimension cut to the values ``allowed`` gives it (kept in
+    the limit's order; a limit the framework cannot run becomes empty, which the search
+    reports as no configuration). ``rank_orders`` replace the default rank orders only:
+    orders a user gives stay, for the rule that compares layouts (:func:`same_layout`)
+    to keep those that place ranks as the framework does."""
+    changes = {}
+    for name, values in allowed.items():
+        current = getattr(limits, name)
+        changes[name] = tuple(values) if current is None else tuple(v for v in current if v in values)
+    if rank_orders is not None and limits.rank_order is None:
+        changes["rank_order"] = tuple(rank_orders)
+    return replace(limits, **changes)

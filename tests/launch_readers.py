@@ -1,0 +1,212 @@
+"""Each framework's reading of the launch configuration nest emits, written here from the
+framework's own rules (independently of nest.frameworks), and the check that the reading
+is the plan (imported by test modules; pytest puts this directory on sys.path)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+
+from nest.frameworks.base import expressed_order
+from nest.frameworks.megatron import ORDERS, PP_LAST
+from nest.frameworks.torchtitan import registry_entry
+from nest.report.export import emit
+
+
+def blocks_of(plan: dict) -> list[int]:
+    """Transformer blocks per virtual stage of the plan's JSON (its stages are virtual)."""
+    return [sum(n.startswith("block.") for n in s["layers"]) for s in plan["stages"]]
+
+
+def megatron_read(text: str, world: int) -> dict:
+    """What Megatron-LM builds from the arguments: degrees (dp = world / (tp pp cp),
+    ``initialize_model_parallel``), batch (``--global-batch-size`` over micro-batch x dp:
+    the micro-batch calculator), layout, ZeRO stage (distributed optimizer, Megatron-FSDP
+    sharding strategy), recomputation and the architecture."""
+    tokens = shlex.split(text)
+    args, i = {}, 0
+    while i < len(tokens):
+        assert tokens[i].startswith("--"), tokens[i]
+        assert tokens[i] not in args, f"{tokens[i]} given twice"
+        if i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+            args[tokens[i]], i = tokens[i + 1], i + 2
+        else:
+            args[tokens[i]], i = True, i + 1
+    tp, pp = int(args["--tensor-model-parallel-size"]), int(args["--pipeline-model-parallel-size"])
+    cp = int(args.get("--context-parallel-size", 1))
+    dp = world // (tp * pp * cp)
+    micro, global_batch = int(args["--micro-batch-size"]), int(args["--global-batch-size"])
+    layers = int(args["--num-layers"])
+    if "--pipeline-model-parallel-layout" in args:
+        assert "--num-virtual-stages-per-pipeline-rank" not in args  # validate_args: exclusive
+        groups = args["--pipeline-model-parallel-layout"].split("|")
+        assert len(groups) % pp == 0 and groups[0].startswith("E") and groups[-1].endswith("L")
+        assert set("".join(groups)) <= set("EtL") and "".join(groups).count("t") == layers
+        vp, blocks = len(groups) // pp, [g.count("t") for g in groups]
+    else:
+        assert pp == 1
+        vp, blocks = 1, [layers]
+    if "--use-megatron-fsdp" in args:
+        assert args["--ckpt-format"] == "fsdp_dtensor" and "--no-gradient-accumulation-fusion" in args
+        zero = {"optim_grads": 2, "optim_grads_params": 3}[args["--data-parallel-sharding-strategy"]]
+    else:
+        zero = 1 if "--use-distributed-optimizer" in args else 0
+    granularity = args.get("--recompute-granularity")
+    if granularity == "full":
+        assert (args["--recompute-method"], args["--recompute-num-layers"]) == ("uniform", "1")
+    assert global_batch % (micro * dp) == 0
+    return {
+        "tp": tp, "pp": pp, "cp": cp, "dp": dp, "vp": vp, "ep": int(args.get("--expert-model-parallel-size", 1)),
+        "sp": "--sequence-parallel" in args, "zero": zero, "recompute": granularity or "none",
+        "micro_batch": micro, "num_microbatches": global_batch // (micro * dp), "blocks": blocks,
+        "pp_last": "--use-tp-pp-dp-mapping" in args, "global_batch": global_batch,
+        "seq_len": int(args["--seq-length"]),
+        "dtype": "fp8" if "--fp8-format" in args else "bf16" if "--bf16" in args else
+                 "fp16" if "--fp16" in args else "fp32",
+        "arch": {"num_layers": layers, "hidden": int(args["--hidden-size"]),
+                 "num_heads": int(args["--num-attention-heads"]),
+                 "ffn_hidden": int(args["--ffn-hidden-size"]), "vocab_size": int(args["--vocab-size"]),
+                 "num_kv_heads": int(args.get("--num-query-groups", args["--num-attention-heads"])),
+                 "num_experts": int(args.get("--num-experts", 0))},
+        "args": args,
+    }
+
+
+def deepspeed_read(text: str, world: int) -> dict:
+    """What DeepSpeed derives from the config: its data-parallel size (world / (pp x tp)
+    with a PipelineModule, world / AutoTP size without), train batch = micro x
+    accumulation x that size, the ZeRO stage, checkpointing; the split from the companion
+    ``nest`` section's ``parts``."""
+    config = json.loads(text)
+    assert "train_batch_size" not in config  # DeepSpeed derives it from its own DP size
+    companion = config["nest"]
+    pp = companion["pipeline"]["num_stages"]
+    if pp > 1:
+        assert "tensor_parallel" not in config  # AutoTP is not for PipelineModule models
+        tp = companion["tensor_parallel"]
+        assert companion["pipeline"]["topology"] == (f"PipeModelDataParallelTopology(num_pp={pp}, num_mp={tp}, "
+                                                     f"num_dp={world // (pp * tp)})")
+        recompute = "full" if config["pipeline"]["activation_checkpoint_interval"] == 1 else "none"
+    else:
+        assert "pipeline" not in config
+        tp = config.get("tensor_parallel", {}).get("autotp_size", 1)
+        recompute = companion["recompute"]
+    dp = world // (pp * tp)
+    parts = companion["pipeline"]["parts"]
+    zero = config["zero_optimization"]["stage"]
+    assert zero <= 1 or pp == 1  # PipelineEngine refuses ZeRO-2/3
+    return {"tp": tp, "pp": pp, "dp": dp, "vp": 1, "cp": 1, "sp": False, "zero": zero, "recompute": recompute,
+            "micro_batch": config["train_micro_batch_size_per_gpu"],
+            "num_microbatches": config["gradient_accumulation_steps"],
+            "global_batch": config["train_micro_batch_size_per_gpu"] * config["gradient_accumulation_steps"] * dp,
+            "nodes": [b - a for a, b in zip(parts, parts[1:])], "ep": companion["expert_parallel"],
+            "dtype": "bf16" if config["bf16"]["enabled"] else "fp16" if config["fp16"]["enabled"] else "fp32",
+            "overlap": config["zero_optimization"].get("overlap_comm", False)}
+
+
+def torchtitan_fqns(stages: int, layers: int, input_weight: int, output_weight: int) -> list[list[str]]:
+    """torchtitan 0.3.0 ``_generate_llm_fqn_per_model_part``
+    (torchtitan/distributed/pipeline_parallel.py), transcribed."""
+    if stages == 1:
+        return [["tok_embeddings"] + [f"layers.{i}" for i in range(layers)] + ["norm", "lm_head"]]
+    effective = layers + input_weight + output_weight
+    assert stages <= effective
+    per, extra = effective // stages, effective % stages
+    assert per > 0 and input_weight <= per and output_weight <= per
+    out, current = [], 0
+    for k in range(stages):
+        share = per + (1 if k < extra else 0)
+        modules = []
+        if k == 0:
+            modules.append("tok_embeddings")
+            share -= input_weight
+        elif k == stages - 1:
+            share -= output_weight
+        for _ in range(share):
+            if current < layers:
+                modules.append(f"layers.{current}")
+                current += 1
+        if k == stages - 1:
+            modules += ["norm", "lm_head"]
+        out.append(modules)
+    return out
+
+
+def torchtitan_read(text: str, num_layers: int) -> dict:
+    """What torchtitan builds from the command line: the mesh degrees, FSDP or
+    replication, the pipeline stages (``_get_pipeline_metadata`` and the generated module
+    names), the batch and the activation checkpointing."""
+    tokens = shlex.split(text.replace("\\\n", " "))
+    assert tokens[:2] == ["--module", tokens[1]] and tokens[2] == "--config"
+    assert tokens[-1].startswith("activation-checkpoint:")  # tyro's subcommand, last
+    options, i = {}, 4
+    while i < len(tokens) - 1:
+        key = tokens[i][2:]
+        if i + 1 < len(tokens) - 1 and not tokens[i + 1].startswith("--"):
+            options[key], i = tokens[i + 1], i + 2
+        else:
+            options[key], i = True, i + 1
+    get = lambda key, default=None: options.get(f"parallelism.{key}", default)  # noqa: E731
+    replicate, shard = int(get("data_parallel_replicate_degree")), int(get("data_parallel_shard_degree"))
+    tp, cp, ep, pp = (int(get(f"{k}_parallel_degree")) for k in ("tensor", "context", "expert", "pipeline"))
+    zero = 3 if shard > 1 else 0
+    if shard > 1:
+        assert replicate == 1 and get("fsdp_reshard_after_forward") == "always"
+    local, global_batch = int(options["training.local_batch_size"]), int(options["training.global_batch_size"])
+    dp = replicate * shard
+    if pp > 1:
+        first, last = int(get("pipeline_parallel_first_stage_less_layers")), int(
+            get("pipeline_parallel_last_stage_less_layers"))
+        per_stage = get("pipeline_parallel_layers_per_stage")
+        schedule = get("pipeline_parallel_schedule")
+        single = schedule == "1F1B"
+        stages = (math.ceil((num_layers + first + last) / int(per_stage)) if per_stage is not None
+                  else pp * (1 if single else 2))
+        assert stages % pp == 0 and (stages == pp) == single
+        fqns = torchtitan_fqns(stages, num_layers, first, last)
+        micro = int(get("pipeline_parallel_microbatch_size"))
+        microbatches = local // micro
+        assert global_batch == local * dp  # one step, no gradient accumulation
+    else:
+        stages, fqns, micro = 1, torchtitan_fqns(1, num_layers, 0, 0), local
+        assert global_batch % (local * dp) == 0
+        microbatches = global_batch // (local * dp)  # gradient accumulation steps
+    nodes = [sum(m.startswith("layers.") for m in f) + ("tok_embeddings" in f) + ("lm_head" in f) for f in fqns]
+    return {"tp": tp, "cp": cp, "ep": ep, "pp": pp, "dp": dp, "vp": stages // pp, "zero": zero, "sp": tp > 1,
+            "micro_batch": micro, "num_microbatches": microbatches, "global_batch": global_batch, "nodes": nodes,
+            "seq_len": int(options["training.seq_len"]),
+            "recompute": tokens[-1].split(":")[1], "module": tokens[1], "config": tokens[3],
+            "dtype": {"bfloat16": "bf16", "float32": "fp32"}[options["training.mixed_precision_param"]]}
+
+
+def assert_round_trip(plan: dict, fw: str) -> dict:
+    """The emitted configuration, read back, is the plan."""
+    p, job = plan["parallelism"], plan["job"]
+    world = plan["devices_used"]
+    text = emit(plan, fw)
+    nodes = [len(s["layers"]) for s in plan["stages"]]
+    if fw == "megatron":
+        got = megatron_read(text, world)
+        assert got["blocks"] == blocks_of(plan)
+        assert got["pp_last"] == (expressed_order(p, p["rank_order"], ORDERS) == PP_LAST)
+        spec = plan["model"]["spec"]
+        assert got["arch"] == {k: spec[k] or (spec["num_heads"] if k == "num_kv_heads" else 0)
+                               for k in got["arch"]}
+        assert got["dtype"] == job["dtype"] and got["seq_len"] == job["seq_len"]
+        keys = ("tp", "pp", "cp", "dp", "vp", "ep", "sp", "zero", "recompute", "micro_batch", "num_microbatches")
+    elif fw == "deepspeed":
+        got = deepspeed_read(text, world)
+        assert got["nodes"] == nodes and got["dtype"] == job["dtype"]
+        assert got["overlap"] == bool(job.get("overlap_grad_reduce")) or p["zero"] == 0
+        keys = ("tp", "pp", "cp", "dp", "vp", "ep", "sp", "zero", "recompute", "micro_batch", "num_microbatches")
+    else:
+        got = torchtitan_read(text, plan["model"]["layers"])
+        assert got["nodes"] == nodes and got["dtype"] == job["dtype"] and got["seq_len"] == job["seq_len"]
+        assert (got["module"], got["config"]) == registry_entry(plan["model"]["spec"])
+        keys = ("tp", "pp", "cp", "dp", "vp", "ep", "sp", "zero", "recompute", "micro_batch", "num_microbatches")
+    assert got["global_batch"] == job["global_batch"]
+    assert {k: got[k] for k in keys} == {k: p[k] for k in keys}
+    return got
+
+
