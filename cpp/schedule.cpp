@@ -29,7 +29,9 @@ std::vector<Op> one_f_one_b(int64_t d, int64_t p, int64_t m) {
     return ops;
 }
 
-// Megatron-LM's forward_backward_pipelining_with_interleaving on rank d.
+// Megatron-LM's forward_backward_pipelining_with_interleaving on rank d (warm-up of
+// megatron/core/pipeline_parallel/schedules.py get_pp_rank_microbatches, core_v0.14.0:
+// capped at all micro-batches, with no special case for m == p).
 std::vector<Op> interleaved(int64_t d, int64_t p, int64_t v, int64_t m) {
     const int64_t total = m * v, group = p * v;
     auto at = [&](bool forward, int64_t k) {
@@ -37,7 +39,7 @@ std::vector<Op> interleaved(int64_t d, int64_t p, int64_t v, int64_t m) {
         if (!forward) chunk = v - 1 - chunk;
         return Op{forward, chunk * p + d, (k / group) * p + k % p};
     };
-    const int64_t warmup = m == p ? total : std::min(2 * (p - d - 1) + (v - 1) * p, total);
+    const int64_t warmup = std::min(2 * (p - d - 1) + (v - 1) * p, total);
     std::vector<Op> ops;
     ops.reserve(static_cast<size_t>(2 * total));
     for (int64_t k = 0; k < warmup; ++k) ops.push_back(at(true, k));

@@ -12,6 +12,7 @@ from nest.frameworks.base import expressed_order
 from nest.frameworks.megatron import ORDERS, PP_LAST
 from nest.frameworks.torchtitan import registry_entry
 from nest.report.export import emit
+from nest.specs import JobSpec
 
 
 def blocks_of(plan: dict) -> list[int]:
@@ -56,7 +57,15 @@ def megatron_read(text: str, world: int) -> dict:
     if granularity == "full":
         assert (args["--recompute-method"], args["--recompute-num-layers"]) == ("uniform", "1")
     assert global_batch % (micro * dp) == 0
-    return {
+    # Megatron-Core's optimizer state (optimizer_config.py): bf16 main gradients with
+    # --grad-reduce-in-bf16; the precision-aware optimizer's moments, and its master weights
+    # kept as 16-bit remainders of the bf16 weights
+    aware = "--use-precision-aware-optimizer" in args
+    moment = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}[args.get("--exp-avg-dtype", "fp32")]
+    assert not aware or args["--exp-avg-sq-dtype"] == args["--exp-avg-dtype"]
+    state = {"grad": 2 if "--grad-reduce-in-bf16" in args else 4, "master": 2 if aware else 4,
+             "state": 2 * moment if args["--optimizer"] == "adam" else 4}
+    return {"optimizer_state": state, "fp8_param_gather": "--fp8-param-gather" in args,
         "tp": tp, "pp": pp, "cp": cp, "dp": dp, "vp": vp, "ep": int(args.get("--expert-model-parallel-size", 1)),
         "sp": "--sequence-parallel" in args, "zero": zero, "recompute": granularity or "none",
         "micro_batch": micro, "num_microbatches": global_batch // (micro * dp), "blocks": blocks,
@@ -194,6 +203,10 @@ def assert_round_trip(plan: dict, fw: str) -> dict:
         assert got["arch"] == {k: spec[k] or (spec["num_heads"] if k == "num_kv_heads" else 0)
                                for k in got["arch"]}
         assert got["dtype"] == job["dtype"] and got["seq_len"] == job["seq_len"]
+        opt = JobSpec.of_document(job).optimizer
+        assert got["optimizer_state"] == {"grad": opt.grad_bytes, "master": opt.master_bytes,
+                                          "state": opt.state_bytes}
+        assert got["fp8_param_gather"] == bool(job.get("fp8_param_gather"))
         keys = ("tp", "pp", "cp", "dp", "vp", "ep", "sp", "zero", "recompute", "micro_batch", "num_microbatches")
     elif fw == "deepspeed":
         got = deepspeed_read(text, world)

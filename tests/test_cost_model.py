@@ -32,14 +32,17 @@ def _block(model, job, cfg, kind="block"):
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])
 @pytest.mark.parametrize("b", [1, 2])
 def test_korthikanti_activation_formulas(tp, b):
+    """GPT's shapes give Korthikanti et al.'s counts plus what they leave out: the two
+    LayerNorms' fp32 mean and rstd (8 bytes per token each, outside the TP region)."""
     job = JobSpec(global_batch=64, seq_len=2048, flash_attention=False)
     s, h, a = 2048, GPT.hidden, GPT.num_heads
     sbh = s * b * h
+    stats = 2 * 8 * s * b
     expect = {
-        (False, "none"): sbh * (10 + 24 / tp + 5 * a * s / (h * tp)),
-        (True, "none"): sbh / tp * (34 + 5 * a * s / h),
-        (True, "selective"): sbh / tp * 34,
-        (False, "selective"): sbh * (10 + 24 / tp),
+        (False, "none"): sbh * (10 + 24 / tp + 5 * a * s / (h * tp)) + stats,
+        (True, "none"): sbh / tp * (34 + 5 * a * s / h) + stats / tp,
+        (True, "selective"): sbh / tp * 34 + stats / tp,
+        (False, "selective"): sbh * (10 + 24 / tp) + stats,
         (False, "full"): 2 * sbh,
         (True, "full"): 2 * sbh / tp,
     }
@@ -54,8 +57,8 @@ def test_flash_attention_drops_quadratic_term():
     job = JobSpec(global_batch=64, seq_len=2048, flash_attention=True)
     got = _block(GPT, job, LayerConfig(8, True, 1, "none")).act_bytes
     sbh = 2048 * GPT.hidden
-    # 34 sbh / t plus an fp32 log-sum-exp per head and token
-    assert got == sbh * 34 // 8 + 4 * GPT.num_heads * 2048 // 8
+    # 34 sbh / t, the norms' statistics and an fp32 log-sum-exp per head and token
+    assert got == sbh * 34 // 8 + 2 * 8 * 2048 // 8 + 4 * GPT.num_heads * 2048 // 8
 
 
 def test_model_flops_follow_narayanan():
@@ -80,8 +83,9 @@ def test_grouped_query_attention_keeps_the_core_flops():
         assert grouped.core_fwd_s == one.core_fwd_s and grouped.core_bwd_s == one.core_bwd_s
         kv_saved = 2 * h * (mha.num_heads - gqa.num_kv_heads) * d  # K and V projection weights
         assert (one.model_flops - grouped.model_flops) * cfg.tp == pytest.approx(6 * b * s * kv_saved, rel=1e-12)
-        # only the K and V outputs shrink among the kept activations
-        kv_bytes = 2 * b * s * (mha.num_heads - gqa.num_kv_heads) * d * 2 / cfg.tp
+        # only K and V shrink among the kept activations: the QKV output (K, V) and the
+        # rotated K the attention keeps
+        kv_bytes = 3 * b * s * (mha.num_heads - gqa.num_kv_heads) * d * 2 / cfg.tp
         assert one.act_bytes - grouped.act_bytes == pytest.approx(kv_bytes, rel=1e-12)
 
 

@@ -80,13 +80,18 @@ def test_spearman():
 
 
 def test_memory_within_ten_percent_of_megatron_formulas():
-    """First-stage memory against Megatron-LM's theoretical_memory_usage for every
-    headline layout (35 rows, interleaved ones included: worst 9.7% when this test was
-    written; v copies of the embedding's chunk made it 17.9% before)."""
-    rows = RUN.memory_rows([p for p in POINTS.POINTS if p.headline])
-    assert len(rows) >= 30
+    """First-stage memory against Megatron-LM's theoretical_memory_usage for every 16-bit
+    headline layout (21 rows, interleaved ones included: worst 3.9% when this test was
+    written). The formula knows no FP8: under FP8 Transformer Engine keeps FP8 copies of
+    the GEMM inputs (fewer activation bytes) and of the weights (2 more bytes per weight),
+    so FP8 rows sit above it in weights and below it in activations."""
+    headline = [p for p in POINTS.POINTS if p.headline]
+    rows = RUN.memory_rows([p for p in headline if p.dtype != "fp8"])
+    assert len(rows) >= 20
     assert max(abs(r["err"]) for r in rows) <= 0.10, [(r["label"], r["err"]) for r in rows]
     assert max(abs(r["err_w"]) for r in rows if r["vp"] > 1) <= 0.05
+    fp8 = RUN.memory_rows([p for p in headline if p.dtype == "fp8"])
+    assert len(fp8) >= 10 and all(r["err_w"] > 0 and r["err_a"] < 0 for r in fp8)
 
 
 def test_headline_rows_meet_the_issue_targets():

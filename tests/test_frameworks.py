@@ -26,7 +26,7 @@ from nest.presets.clusters import CLUSTERS
 from nest.schedule.step import candidate_step_s
 from nest.search.problems import problem, split_closed_form_ps
 from nest.search.space import enumerate_partials, expand
-from nest.specs import JobSpec, ModelSpec
+from nest.specs import JobSpec, ModelSpec, OptimizerSpec
 from nest.units import PS
 
 GPT = ModelSpec(name="tiny-gpt", num_layers=4, hidden=1024, num_heads=16, ffn_hidden=4096, vocab_size=32000,
@@ -65,6 +65,8 @@ def tiny_moe_in_torchtitan(monkeypatch):
 SPACES = [
     ("megatron", GPT, {}),
     ("megatron", MOE, {"overlap_grad_reduce": True}),
+    ("megatron", GPT, {"optimizer": OptimizerSpec.of("adam", "bf16", "bf16"), "dtype": "fp8",
+                       "fp8_param_gather": True}),  # on H100s: FP8
     ("deepspeed", GPT, {"overlap_grad_reduce": True}),
     ("deepspeed", MOE, {}),
     ("torchtitan", DEBUG, {"seq_len": 1040}),  # 1040 tokens: 2 cp 2 x tp 8 does not divide them
@@ -87,8 +89,9 @@ def _spaces(case: int) -> tuple[set, set, dict]:
     of the first breaks."""
     fw, model, options = SPACES[case]
     jobspec = job(fw, **options)
-    everything = _space(model, replace(jobspec, framework="any"))
-    return everything, _space(model, jobspec), {c: _broken(fw, model, jobspec, c) for c in everything}
+    on = cluster(preset="dgx-h100") if jobspec.dtype == "fp8" else None
+    everything = _space(model, replace(jobspec, framework="any"), on=on)
+    return everything, _space(model, jobspec, on=on), {c: _broken(fw, model, jobspec, c) for c in everything}
 
 
 def _broken(fw, model, jobspec, cand) -> set[str]:
@@ -191,6 +194,9 @@ BREAKS = [
     ("megatron", "rank-order", GPT, dict(tp=2, pp=2, dp=4, rank_order="dp-tp-cp-ep-pp"), {}),
     ("megatron", "tp-pp-dp-mapping", GPT, dict(tp=1, pp=2, dp=4, cp=2, rank_order=PP_LAST), {}),
     ("megatron", "moe-tensor-parallel-needs-sp", MOE, dict(tp=2, pp=1, dp=8, ep=4, sp=False), {}),
+    ("megatron", "precision-aware-optimizer", GPT, dict(tp=1, pp=1, dp=16, zero=0),
+     {"optimizer": OptimizerSpec.of("adam", "fp32", "bf16")}),
+    ("megatron", "fp8-param-gather", GPT, dict(tp=1, pp=1, dp=16, zero=0), {"dtype": "fp8", "fp8_param_gather": True}),
     ("megatron", "context-parallel-sequence", GPT, dict(tp=1, pp=1, dp=4, cp=4), {"seq_len": 1020}),
     ("deepspeed", "zero-with-pipeline", GPT, dict(tp=1, pp=2, dp=8, zero=2), {}),
     ("deepspeed", "no-interleaving", GPT, dict(tp=1, pp=2, dp=4, vp=2), {}),
@@ -222,10 +228,11 @@ def test_every_rule_has_a_breaking_configuration():
 def test_evaluate_names_the_broken_rule(fw, rule, model, config, options):
     config = {"micro_batch": 1, "recompute": "none", **config}
     jobspec = nest.job_spec(model, global_batch=16, framework=fw, **{"seq_len": 1024, **options})
+    preset = "dgx-h100" if jobspec.dtype == "fp8" else "dgx-a100"
     with pytest.raises(RuleError, match=rf"^framework = {fw}: {rule}: .* \({VERSIONS[fw]} .*\); closest expressible: "):
-        nest.evaluate(model, cluster(), jobspec, **config)
+        nest.evaluate(model, cluster(preset=preset), jobspec, **config)
     # the same configuration without the framework is fine (the rule, not the config, refuses it)
-    nest.evaluate(model, cluster(memory_gib=1000), replace(jobspec, framework="any"), **config)
+    nest.evaluate(model, cluster(memory_gib=1000, preset=preset), replace(jobspec, framework="any"), **config)
     assert [r.name for r in framework(fw).rules if not r.admits(model, jobspec, _columns(config, jobspec))[0]] \
         == [rule]
 

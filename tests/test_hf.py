@@ -108,11 +108,22 @@ def test_qwen3_moe_fields():
     assert (spec.num_shared_experts, spec.first_dense_layers, spec.moe_layer_interval) == (0, 0, 1)
     assert not spec.bias and not spec.tied_embeddings
     assert spec.head_dim == 128  # explicit in the config, not hidden / heads = 64
-    notes = approximations(DATA / "qwen3-30b-a3b.json")
-    assert any("Q/K RMSNorm" in n for n in notes)
-    # Published 30.5B total, 3.3B active (Qwen3 report); per-head Q/K norms not counted.
+    assert spec.qk_norm  # Qwen3Attention's per-head q_norm and k_norm
+    assert not any("Q/K" in n for n in approximations(DATA / "qwen3-30b-a3b.json"))
+    # Published 30.5B total, 3.3B active (Qwen3 report)
     assert parameter_count(spec) == pytest.approx(30.5e9, rel=0.005)
     assert active_parameter_count(spec) == pytest.approx(3.3e9, rel=0.02)
+
+
+def test_qwen3_dense_parameter_count_is_exact():
+    """Qwen/Qwen3-8B's config.json: the Hub's safetensors metadata counts 8,190,735,360
+    parameters, q/k norms (2 x 128 per layer) included."""
+    config = {"model_type": "qwen3", "hidden_size": 4096, "intermediate_size": 12288, "num_attention_heads": 32,
+              "num_hidden_layers": 36, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+              "tie_word_embeddings": False, "max_position_embeddings": 40960, "rms_norm_eps": 1e-6,
+              "attention_bias": False, "hidden_act": "silu"}
+    spec = model_from_hf_config(config, name="qwen3-8b")
+    assert spec.qk_norm and parameter_count(spec) == 8_190_735_360
 
 
 def test_deepseek_v3_fields():

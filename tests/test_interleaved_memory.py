@@ -68,9 +68,15 @@ def test_embedding_and_output_layer_are_charged_once(model, devices, tp, pp, dp,
     problem = dp_problem(scn, [cand], capacity=1e30)
     nodes = _node_bytes(scn, cand)
     device = np.arange(pp * vp) % pp
-    expected = np.where(device == 0, nodes[0], 0.0) + np.where(device == pp - 1, nodes[-1], 0.0)
+    priced = price_candidate(scn, cand)
+    head_acts = float(priced.col("act_bytes")[0][scn.kind_index[-1]])
+    # the output layer's chunk holds one micro-batch at a time in Megatron's order, and its
+    # logits buffer is only the last stage's
+    expected = (np.where(device == 0, nodes[0], 0.0) + np.where(device == pp - 1, nodes[-1] + head_acts, 0.0))
+    expected[-1] += priced.table.last_transient[0]
     np.testing.assert_array_equal(problem.pos_mem_fixed, expected)
     assert problem.mem_params[0, 0] == 0 and problem.mem_params[0, -1] == 0
+    assert problem.act_bytes[0, -1] == 0
     np.testing.assert_array_equal(problem.mem_params[0, 1:-1], nodes[1:-1].astype(np.int64))
 
 
@@ -81,17 +87,20 @@ def test_without_interleaving_nothing_moves():
     np.testing.assert_array_equal(problem.mem_params[0], _node_bytes(scn, cand).astype(np.int64))
 
 
-def test_first_stage_drops_v_minus_one_embedding_copies():
-    """llama2-13b on 16 GPUs, TP1 PP4 VP10 (NeMo's layout): the first position's memory is
-    (v - 1) embeddings below v copies of its chunk (which overstated its weights by 44%
-    against Megatron's formula)."""
+def test_first_rank_holds_one_embedding_and_its_own_blocks():
+    """llama2-13b on 16 GPUs, TP1 PP4 VP10 (NeMo's layout): rank 0's weights, gradients and
+    optimizer state are its ten blocks and one embedding, exactly (its chunks: the
+    embedding and a block, then one block each), and the DP's check of its chunks covers
+    its exact peak."""
     scn, cand = _setup("llama2-13b", 16, 1, 4, 4, 10)
     nodes = _node_bytes(scn, cand)
     roomy = replace(scn.cluster, device=replace(scn.cluster.device, memory_bytes=1e12))
+    split = [2] + [1] * 38 + [2]
     plan = nest.evaluate("llama2-13b", roomy, scn.job, tp=1, pp=4, dp=4, vp=10, micro_batch=1, zero=1,
-                         sp=False, recompute="selective", layers_per_stage=[2] + [1] * 38 + [2])
-    first = plan.stages[0]
-    activations = first.memory_bytes - scn.job.reserved_memory_bytes - 10 * nodes[1] - nodes[0]
-    v_copies = scn.job.reserved_memory_bytes + 10 * (nodes[0] + nodes[1]) + activations
-    assert v_copies - first.memory_bytes == pytest.approx(9 * nodes[0], rel=1e-9)
-    assert nodes[0] > 0.4 * nodes[1]  # the embedding is a large share of the chunk
+                         sp=False, recompute="selective", layers_per_stage=split)
+    rank0 = plan.memory[0]
+    assert rank0.weights + rank0.gradients + rank0.optimizer == pytest.approx(nodes[0] + 10 * nodes[1], rel=1e-9)
+    assert nodes[0] > 0.4 * nodes[1]  # the embedding is a large share of the chunk: v copies would overstate it
+    problem = dp_problem(Scenario(scn.model, roomy, scn.job), [cand], capacity=1e30)
+    details = stage_details(problem, 0, np.cumsum(split).tolist())
+    assert max(details[q]["memory_bytes"] for q in range(0, 40, 4)) >= rank0.total * (1 - 1e-12)

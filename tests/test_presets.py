@@ -57,7 +57,22 @@ def test_device_presets_documented(name):
 def test_h100_datasheet_values():
     h100 = DEVICES["h100-sxm"]
     assert h100.peak_flops("bf16") == 989e12 and h100.peak_flops("fp8") == 1979e12
-    assert h100.memory_bytes == 80e9 and h100.hbm_bandwidth == 3.35e12
+    assert h100.hbm_bandwidth == 3.35e12
+
+
+# What the drivers report as the device's total memory: nvidia-smi's MiB for NVIDIA
+# (A100 40/80 GB and H100 as listed in modal-labs/modal-client#2797; H200 and B200 as
+# nvidia-smi prints them), rocm-smi's bytes for MI300X. TPUs: the documented HBM.
+DRIVER_TOTALS = {"a100-40gb": 40960 * 2**20, "a100-80gb": 81920 * 2**20, "h100-sxm": 81559 * 2**20,
+                 "h200": 143771 * 2**20, "b200": 183359 * 2**20, "mi300x": 206141652992,
+                 "tpuv4": 32 * 2**30, "tpuv5p": 95e9}
+
+
+def test_every_device_has_its_driver_reported_capacity():
+    assert set(DRIVER_TOTALS) == set(DEVICES)
+    for name, total in DRIVER_TOTALS.items():
+        assert DEVICES[name].memory_bytes == total, name
+        assert DEVICES[name].reserved_bytes == 2 * 2**30  # the planning margin, shown in every breakdown
 
 
 def test_fp8_on_a100_is_rejected():

@@ -154,8 +154,8 @@ def test_engines_report_the_same_step():
 def test_schedule_ranking_is_the_exhaustive_optimum():
     """bert-large on 64 h100-spineleaf GPUs: every one of the 22 146 candidates solved
     without pruning and its DP split timed exactly; the fastest is nest's plan. It is not
-    the closed form's optimum (PP 2 VP 2 instead of PP 1: the closed form over-prices the
-    interleaved chunks by 5.7%)."""
+    the closed form's optimum (an interleaved plan instead of PP 1: the closed form
+    over-prices interleaved chunks)."""
     from nest.dp import engine as engine
     from nest.dp.problem import SOLVED
     from nest.parallel import SpaceLimits
@@ -182,7 +182,7 @@ def test_schedule_ranking_is_the_exhaustive_optimum():
     assert round(closed_form.closed_form_step_time_s * 1e12) == int(result.objective[solved].min())
     assert plan.step_time_s == pytest.approx(min(steps), rel=1e-12)
     assert plan.step_time_s < closed_form.step_time_s * 0.98
-    assert plan.parallelism["vp"] == 2 and closed_form.parallelism["pp"] == 1
+    assert plan.parallelism["vp"] > 1 and closed_form.parallelism["pp"] == 1
 
 
 def test_candidate_step_equals_the_timing():

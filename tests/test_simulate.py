@@ -11,7 +11,8 @@ from nest.planner import simulate
 from nest.presets.models import MODELS
 from nest.report.text import render_simulation
 from nest.report.timeline import timeline_png
-from nest.schedule.simulate import interleaved_order, one_f_one_b_order, simulate_candidate, simulate_schedule
+from nest.schedule.order import interleaved_order, one_f_one_b_order
+from nest.schedule.simulate import simulate_candidate, simulate_schedule
 from nest.schedule.tasks import EndTask, StageTasks
 from nest.studies.baselines import manual_config
 
@@ -74,15 +75,17 @@ def test_three_stage_unequal_by_hand():
 
 
 def test_interleaved_by_hand():
-    """p = 2, v = 2, m = 2 (all forwards first), every chunk F 1, B 2: (m v + p - 1) 3 = 15."""
+    """p = 2, v = 2, m = 2, every chunk F 1, B 2: (m v + p - 1) 3 = 15. Rank 0 warms up
+    with all 2 (p - 1) + (v - 1) p = 4 forwards, rank 1 with (v - 1) p = 2 (core_v0.14.0
+    has no all-forward special case for m = p)."""
     stages = [StageTasks(1, 2) for _ in range(4)]
     r = simulate_schedule(stages, pp=2, micro_batches=2)
     assert [(e.kind[0], e.stage, e.micro_batch, e.start_s) for e in r.timelines[0]] == [
         ("f", 0, 0, 0), ("f", 0, 1, 1), ("f", 2, 0, 2), ("f", 2, 1, 3),
-        ("b", 2, 0, 7), ("b", 2, 1, 9), ("b", 0, 0, 11), ("b", 0, 1, 13)]
+        ("b", 2, 0, 6), ("b", 2, 1, 9), ("b", 0, 0, 11), ("b", 0, 1, 13)]
     assert [(e.kind[0], e.stage, e.micro_batch, e.start_s) for e in r.timelines[1]] == [
-        ("f", 1, 0, 1), ("f", 1, 1, 2), ("f", 3, 0, 3), ("f", 3, 1, 4),
-        ("b", 3, 0, 5), ("b", 3, 1, 7), ("b", 1, 0, 9), ("b", 1, 1, 11)]
+        ("f", 1, 0, 1), ("f", 1, 1, 2), ("f", 3, 0, 3), ("b", 3, 0, 4),
+        ("f", 3, 1, 6), ("b", 3, 1, 7), ("b", 1, 0, 9), ("b", 1, 1, 11)]
     assert r.step_time_s == 15
     assert r.schedule == "interleaved-1f1b"
 
@@ -175,7 +178,7 @@ def test_interleaved_closed_form_needs_similar_chunks():
     very differently (a forward-heavy chunk before a backward-heavy one stalls the ring)."""
     splits = [(0.9, 0.1), (0.1, 0.9), (0.9, 0.1), (0.1, 0.9)]
     r = simulate_schedule([StageTasks(f, b) for f, b in splits], pp=2, micro_batches=2)
-    assert r.step_time_s == pytest.approx(7.4)
+    assert r.step_time_s == pytest.approx(6.6)  # by hand: rank 0's last backward ends at 6.6
     assert _interleaved([StageTasks(f, b) for f, b in splits], 2, 2) == pytest.approx(5.0)
     # Same per-chunk proportions: the bound holds again.
     rng = random.Random(3)

@@ -168,7 +168,10 @@ def nest_first_stage_memory(point: Point, sp: bool, recompute: str) -> tuple[flo
                       point.cp)
     problem = dp_problem(scn, [Candidate(cfg, point.pp, point.dp, point.vp, point.zero)])
     first = megatron_split(point.model.num_layers, point.pp, point.vp)[0]
-    weights = (float(problem.pos_mem_fixed[0])
+    # the output layer's 16-bit logits (a transient the formula does not have) sit in the
+    # last position's fixed bytes, which is the first one without pipelining
+    logits = float(scn.config_table([cfg]).last_transient[0]) if point.pp * point.vp == 1 else 0.0
+    weights = (float(problem.pos_mem_fixed[0]) - logits
                + float(problem.cand_mem_per_param[0]) * float(problem.mem_params[0, :first].sum()))
     activations = float(problem.pos_inflight[0]) * float(problem.act_bytes[0, :first].sum())
     return weights, activations

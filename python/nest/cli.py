@@ -70,6 +70,15 @@ def _add_scenario(parser: argparse.ArgumentParser, device_list: bool = False) ->
                         help="tier prices: nominal bandwidths and latencies (default), or what NCCL "
                              "collectives measure on them (nest.network.calibrated_cluster)")
     parser.add_argument("--optimizer", default="adam", choices=("adam", "sgd"))
+    parser.add_argument("--grad-dtype", default="fp32", choices=("fp32", "bf16"),
+                        help="main gradients and their reduction (bf16: Megatron-LM's --grad-reduce-in-bf16)")
+    parser.add_argument("--optimizer-state-dtype", default="fp32", choices=("fp32", "bf16", "fp16", "fp8"),
+                        help="Adam's moments (not fp32: Megatron-Core's precision-aware optimizer, which also "
+                             "keeps the master weights as 16-bit remainders)")
+    parser.add_argument("--fp8-param-gather", action="store_true",
+                        help="with --dtype fp8: weights stored and gathered in FP8 (Megatron-LM's flag)")
+    parser.add_argument("--reserved-gib", type=float, metavar="GIB",
+                        help="memory per device kept from tensors (default: the device's, 2 GiB on presets)")
     parser.add_argument("--no-flash-attention", action="store_true",
                         help="model unfused attention (stores the s^2 softmax activations)")
     for flag, what in (("--overlap-grad-reduce", "data-parallel gradient reduction with each node's backward"),
@@ -158,7 +167,7 @@ def _scenario(args) -> dict:
     """Keyword arguments of plan/evaluate: model, cluster, job, and source/limits if measured."""
     from .inputs.coerce import job_spec
     from .inputs.loading import load_cluster, load_model
-    from .specs import OVERLAP_SWITCHES
+    from .specs import OVERLAP_SWITCHES, OptimizerSpec
 
     if args.nest_instance:
         from .inputs.measured import instance_setup
@@ -194,8 +203,11 @@ def _scenario(args) -> dict:
         model = load_model(args.model)
     else:
         raise SpecError("model: missing; pass --model (or --profile / --nest-instance)")
+    optimizer = OptimizerSpec.of(args.optimizer, args.grad_dtype, args.optimizer_state_dtype)
+    reserved = None if args.reserved_gib is None else args.reserved_gib * GiB
     job = job_spec(model, global_batch=args.global_batch, seq_len=args.seq_len, dtype=args.dtype,
-                   optimizer=args.optimizer, flash_attention=not args.no_flash_attention,
+                   optimizer=optimizer, flash_attention=not args.no_flash_attention,
+                   fp8_param_gather=args.fp8_param_gather, reserved_memory_bytes=reserved,
                    framework=_framework(args), **{name: getattr(args, name) for name in OVERLAP_SWITCHES})
     return {"model": model, "cluster": cluster, "job": job, "source": source, "limits": limits}
 
@@ -251,7 +263,8 @@ def _run(args) -> int:
                              for t in CLUSTERS.values()],
                 "graph_clusters": [{"name": t.name, "device": t.device.name, "default_devices": t.default_devices,
                                     "network": t.description} for t in GRAPH_CLUSTERS.values()],
-                "devices": [{"name": d.name, "memory_GiB": d.memory_bytes / GiB,
+                "devices": [{"name": d.name, "memory_GiB": d.memory_bytes / GiB, "memory_MiB": d.memory_bytes / 2**20,
+                             "reserved_GiB": d.reserved_bytes / GiB,
                              "peak_TFLOPS_bf16": d.peak_flops_bf16 / 1e12,
                              "hbm_bandwidth_GBps": d.hbm_bandwidth / 1e9} for d in DEVICES.values()]}
         if args.json:

@@ -8,6 +8,13 @@ Besides the keys of DESIGN.md section 5, the document has
     schedule (:mod:`nest.schedule.step`) and every rate (throughput, MFU) and the breakdown
     follow it.
 
+``memory``
+    ``{"peak_rank": r, "ranks": [...]}``: per pipeline rank its memory at its activation
+    peak (:class:`~nest.schedule.memory.DeviceMemory`: ``total_bytes``, ``weights_bytes``,
+    ``gradients_bytes``, ``optimizer_bytes``, ``activations_bytes`` with
+    ``live_micro_batches`` per chunk at that peak, ``transient_bytes``, ``reserve_bytes``,
+    ``capacity_bytes``); ``memory_per_device_bytes.max`` is the largest ``total_bytes`` and
+    ``stages[].memory_bytes`` the total of the stage's rank.
 ``stages[].devices``
     the devices of the stage's ranks: device indices on a hierarchical cluster, device
     node ids (strings) on a graph; ``stages[].ranks`` lists the ranks themselves.
@@ -35,6 +42,7 @@ from .dp.problem import DPProblem
 from .dp.reference import stage_details
 from .network.layout import Layout, RankPlacement, rank_placement
 from .parallel import Candidate
+from .schedule.memory import DeviceMemory, device_memory
 from .schedule.step import StepTiming, batch_timing
 from .schedule.tasks import BatchTasks
 from .search.problems import split_closed_form_ps
@@ -85,6 +93,13 @@ class Plan:
     # the DP's objective for this split: the closed form of nest.schedule.pipeline (>= step_time_s
     # for the stage shapes nest builds)
     closed_form_step_time_s: float | None = None
+    # per pipeline rank, its memory at its activation peak (nest.schedule.memory)
+    memory: tuple[DeviceMemory, ...] = ()
+
+    @property
+    def peak_memory(self) -> DeviceMemory | None:
+        """The rank with the most memory (the one that binds), or None."""
+        return max(self.memory, key=lambda d: d.total) if self.memory else None
 
     def to_dict(self) -> dict:
         """The JSON document of DESIGN.md section 5."""
@@ -98,6 +113,8 @@ class Plan:
             "devices_used": self.devices_used,
             "memory_per_device_bytes": {"max": self.memory_max_bytes,
                                         "capacity": self.memory_capacity_bytes},
+            "memory": None if not self.memory else {"peak_rank": self.peak_memory.rank,
+                                                    "ranks": [d.to_dict() for d in self.memory]},
             "breakdown_s": dict(self.breakdown_s),
             "solve_time_s": self.solve_time_s,
             "candidates_evaluated": self.candidates_evaluated,
@@ -125,6 +142,7 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
     timing = batch_timing(tasks, 0, [d["end"] - d["start"] for d in details], "python" if engine == "python" else "cpp")
     step = timing.step_s
     breakdown = _breakdown(scn, tasks.priced.times, pp, timing, [(d["start"], d["end"]) for d in details])
+    memory = tuple(device_memory(tasks.priced, 0, [d["end"] - d["start"] for d in details]))
 
     layout = Layout.of(cand)
     stage_of = layout.coordinates()["pp"]
@@ -134,7 +152,7 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
     stages = tuple(
         Stage(index=k, layers=tuple(names[d["start"]:d["end"]]),
               devices=tuple(where.device[r] for r in stage_ranks[k]),
-              time_s=d["time_ps"] / PS, memory_bytes=float(d["memory_bytes"]), params=int(d["params"]),
+              time_s=d["time_ps"] / PS, memory_bytes=memory[k % pp].total, params=int(d["params"]),
               ranks=stage_ranks[k])
         for k, d in enumerate(details))
 
@@ -150,7 +168,8 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
         throughput_tokens_per_s=scn.job.tokens / step,
         mfu=flops / (step * used * scn.peak_flops),
         devices_used=used,
-        memory_max_bytes=max(s.memory_bytes for s in stages),
+        memory_max_bytes=max(d.total for d in memory),
+        memory=memory,
         memory_capacity_bytes=float(scn.cluster.device.memory_bytes),
         breakdown_s=breakdown,
         solve_time_s=solve_time,

@@ -15,6 +15,10 @@ from .units import GiB
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
+MOMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+"""Bytes of one Adam moment per parameter by dtype (Megatron-Core's precision-aware
+optimizer: ``--exp-avg-dtype``, ``--exp-avg-sq-dtype``)."""
+
 
 # Upper limits far above any real model or cluster, low enough that every cost table
 # fits in int64 picoseconds and every enumeration stays small: hostile input gets a
@@ -67,6 +71,7 @@ class ModelSpec:
     seq_len: int
     num_kv_heads: int = 0  # 0: same as num_heads
     attention_head_dim: int = 0  # 0: hidden / num_heads (Qwen3 uses 128 regardless)
+    qk_norm: bool = False  # RMSNorm of each query and key head before attention (Qwen3)
     mlp: str = "gelu"
     norm: str = "layernorm"
     bias: bool = True
@@ -115,6 +120,9 @@ class ModelSpec:
                 self.hidden, f"must be divisible by num_heads ({self.num_heads})")
         require(self.num_heads % self.num_kv_heads == 0, "model.num_kv_heads", self.num_kv_heads,
                 f"must divide num_heads ({self.num_heads})")
+        for name in ("qk_norm",):
+            require(isinstance(getattr(self, name), bool), f"model.{name}", getattr(self, name),
+                    "must be true or false")
         _choice("model.mlp", self.mlp, ("gelu", "swiglu"))
         _choice("model.norm", self.norm, ("layernorm", "rmsnorm"))
         _choice("model.position_embedding", self.position_embedding, ("learned", "rope"))
@@ -180,13 +188,18 @@ class DeviceSpec:
     hbm_efficiency: float = 0.85  # fraction of HBM bandwidth streaming kernels reach
     attention_efficiency: float = 0.55  # fused attention kernels, fraction of peak
     kernel_overhead_s: float = 4e-6  # fixed cost per kernel launch
+    # Memory training cannot use for its tensors: the CUDA context and library handles
+    # (cuBLAS/cuDNN workspaces), NCCL communicator buffers and the caching allocator's
+    # fragmentation. It is a planning margin, not a datasheet value: shown in every
+    # memory breakdown and settable per device (and per job).
+    reserved_bytes: float = 2 * GiB
     source: str = ""
 
     def __post_init__(self):
         require(isinstance(self.name, str) and self.name, "device.name", self.name, "must be a non-empty string")
         for name in ("memory_bytes", "hbm_bandwidth", "peak_flops_bf16"):
             _positive_real(f"device.{name}", getattr(self, name))
-        for name in ("peak_flops_fp16", "peak_flops_fp8", "peak_flops_fp32", "kernel_overhead_s"):
+        for name in ("peak_flops_fp16", "peak_flops_fp8", "peak_flops_fp32", "kernel_overhead_s", "reserved_bytes"):
             _non_negative_real(f"device.{name}", getattr(self, name))
         for name in ("gemm_efficiency", "hbm_efficiency", "attention_efficiency"):
             value = getattr(self, name)
@@ -293,7 +306,9 @@ class OptimizerSpec:
 
     The default is Megatron-LM's bf16 Adam: bf16 weights (2), fp32 gradient
     accumulation and reduction (4), fp32 master weights (4) and two fp32 moments (8):
-    18 bytes per parameter, 6 + 12/d with a distributed optimizer.
+    18 bytes per parameter, 6 + 12/d with a distributed optimizer. :meth:`of` builds the
+    other layouts Megatron-Core has from dtype names (bf16 gradients, 16- or 8-bit
+    moments with its precision-aware optimizer).
     """
 
     name: str = "adam"
@@ -311,8 +326,43 @@ class OptimizerSpec:
     @staticmethod
     def named(name: str) -> "OptimizerSpec":
         """The default mixed-precision state layout of a named optimizer."""
+        return OptimizerSpec.of(name)
+
+    @staticmethod
+    def of(name: str = "adam", grad_dtype: str = "fp32", state_dtype: str = "fp32") -> "OptimizerSpec":
+        """The state layout of Megatron-Core's options (megatron/core/optimizer/optimizer_config.py
+        OptimizerConfig, core_v0.14.0):
+
+        * ``grad_dtype``: the main gradients and their reduction, ``fp32`` (default) or
+          ``bf16`` (``--grad-reduce-in-bf16``; param_and_grad_buffer.py keeps the
+          gradient buffer in the parameter dtype);
+        * ``state_dtype``: Adam's two moments, ``fp32`` (default), ``bf16``, ``fp16`` or
+          ``fp8`` (``--use-precision-aware-optimizer --exp-avg-dtype --exp-avg-sq-dtype``).
+          The precision-aware optimizer (Transformer Engine's FusedAdam) then keeps the
+          fp32 master weight as the bf16 weight plus a 16-bit remainder
+          (``store_param_remainders``, distrib_optimizer.py): 2 bytes instead of 4.
+        """
         _choice("job.optimizer", name, ("adam", "sgd"))
-        return OptimizerSpec(name=name, state_bytes=8 if name == "adam" else 4)
+        _choice("job.grad_dtype", grad_dtype, ("fp32", "bf16"))
+        _choice("job.optimizer_state_dtype", state_dtype, tuple(MOMENT_BYTES))
+        require(name == "adam" or state_dtype == "fp32", "job.optimizer_state_dtype", state_dtype,
+                "applies to Adam's moments (sgd keeps one fp32 momentum)")
+        precision_aware = state_dtype != "fp32"
+        return OptimizerSpec(name=name, grad_bytes=4 if grad_dtype == "fp32" else 2,
+                             master_bytes=2 if precision_aware else 4,
+                             state_bytes=2 * MOMENT_BYTES[state_dtype] if name == "adam" else 4)
+
+    @property
+    def grad_dtype(self) -> str | None:
+        """The gradient dtype of :meth:`of` this layout has (None: no such option)."""
+        return {4: "fp32", 2: "bf16"}.get(self.grad_bytes)
+
+    @property
+    def state_dtype(self) -> str | None:
+        """The moment dtype of :meth:`of` this layout has (None: a layout :meth:`of`
+        does not make; 16-bit moments read as bf16)."""
+        grad = self.grad_dtype
+        return next((d for d in MOMENT_BYTES if grad and self == OptimizerSpec.of(self.name, grad, d)), None)
 
     @property
     def sharded_bytes(self) -> int:
@@ -329,7 +379,12 @@ class JobSpec:
     dtype: str = "bf16"
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
     flash_attention: bool = True
-    reserved_memory_bytes: float = 2 * GiB  # CUDA context, NCCL buffers, allocator slack
+    # Memory the job cannot use for tensors; None: the device's reserved_bytes.
+    reserved_memory_bytes: float | None = None
+    # FP8 weights (Megatron-LM --fp8-param-gather): parameters stored and all-gathered in
+    # FP8, 1 byte each; needs dtype fp8. Without it FP8 training keeps bf16 weights and
+    # Transformer Engine caches their FP8 copies.
+    fp8_param_gather: bool = False
     # Let dp x micro_batch not divide the global batch: every replica then runs
     # ceil(global_batch / (dp x micro_batch)) micro-batches (the NEST artifact's baselines
     # use such degrees). Off: a batch that does not divide is a SpecError.
@@ -350,7 +405,7 @@ class JobSpec:
     framework: str = "any"
 
     def __post_init__(self):
-        for name in ("flash_attention", "uneven_batch", *OVERLAP_SWITCHES):
+        for name in ("flash_attention", "uneven_batch", "fp8_param_gather", *OVERLAP_SWITCHES):
             require(isinstance(getattr(self, name), bool), f"job.{name}", getattr(self, name),
                     "must be true or false")
         _positive_int("job.global_batch", self.global_batch, MAX_TOKENS)
@@ -359,7 +414,10 @@ class JobSpec:
                 self.global_batch, f"times seq_len ({self.seq_len}) must be at most {MAX_TOKENS} tokens")
         _choice("job.dtype", self.dtype, tuple(DTYPE_BYTES))
         _choice("job.framework", self.framework, FRAMEWORKS)
-        _non_negative_real("job.reserved_memory_bytes", self.reserved_memory_bytes)
+        if self.reserved_memory_bytes is not None:
+            _non_negative_real("job.reserved_memory_bytes", self.reserved_memory_bytes)
+        require(not self.fp8_param_gather or self.dtype == "fp8", "job.fp8_param_gather", True,
+                f"stores weights in FP8; needs dtype fp8, not {self.dtype}")
 
     @property
     def dtype_bytes(self) -> int:
@@ -376,9 +434,14 @@ class JobSpec:
 
     def document(self) -> dict:
         """The ``job`` object of a plan's JSON document (overlap switches only when on)."""
+        opt = self.optimizer
+        state = {} if opt == OptimizerSpec.named(opt.name) else {
+            "optimizer_bytes": {"grad": opt.grad_bytes, "master": opt.master_bytes, "state": opt.state_bytes}}
         return {"global_batch": self.global_batch, "seq_len": self.seq_len, "dtype": self.dtype,
                 **{name: True for name in OVERLAP_SWITCHES if getattr(self, name)},
-                "optimizer": self.optimizer.name, "flash_attention": self.flash_attention,
+                "optimizer": opt.name, **state, "flash_attention": self.flash_attention,
+                **({"fp8_param_gather": True} if self.fp8_param_gather else {}),
+                **({} if self.reserved_memory_bytes is None else {"reserved_memory_bytes": self.reserved_memory_bytes}),
                 "framework": self.framework}
 
     @staticmethod
@@ -387,6 +450,10 @@ class JobSpec:
         versions lack the later keys)."""
         data = dict(data)
         optimizer = OptimizerSpec.named(data.pop("optimizer", "adam"))
+        state = data.pop("optimizer_bytes", None)
+        if isinstance(state, dict):
+            optimizer = from_mapping(OptimizerSpec, {"name": optimizer.name, **{
+                f"{k}_bytes": v for k, v in state.items()}}, "plan.job.optimizer_bytes")
         return from_mapping(JobSpec, {**data, "optimizer": optimizer}, "plan.job")
 
     def micro_batches(self, dp, micro_batch):

@@ -91,6 +91,8 @@ def _attention_params(model: ModelSpec, tp: int) -> float:
     shape = attention_shape(model)
     split = shape.projection_params
     replicated = _norm_params(model)
+    if model.qk_norm:
+        replicated += 2 * shape.score_dim  # one head_dim-wide weight for queries, one for keys
     if model.kv_lora_rank:
         replicated += model.kv_lora_rank + model.q_lora_rank  # latent norms
     if model.bias:

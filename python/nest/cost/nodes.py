@@ -9,21 +9,9 @@ the rank order gives them (:mod:`nest.cost.pricing`).
 
 FLOPs follow Narayanan et al. 2021 (a block's forward is ``2 * tokens * weights`` for
 its GEMMs plus ``4 b s^2 h`` for attention scores and values; backward is twice the
-forward). Activation memory follows Korthikanti et al. 2022, section 4, generalised to
-grouped-query and latent attention, SwiGLU, dropout-free models, experts and context
-parallelism:
-
-* inside the tensor-parallel region (divided by ``tp``): Q, K, V, the projection input,
-  the MLP intermediates and the attention core (``5 a s^2 b`` without fused attention;
-  its log-sum-exp with it);
-* outside it (divided by ``tp`` only with sequence parallelism): the two norm inputs,
-  the QKV and fc1 inputs and the dropout masks (``10 s b h`` for GPT);
-* everything is divided by the context-parallel degree (each rank keeps ``s / cp``).
-
-With GPT's shapes this gives exactly ``s b h (34 + 5 a s / h)`` without parallelism,
-``s b h (10 + 24/t + 5 a s / (h t))`` with tensor parallelism and ``s b h / t
-(34 + 5 a s / h)`` with sequence parallelism. Selective recomputation drops the
-attention core; full recomputation keeps only the block input.
+forward). Activation memory is what Megatron-Core with Transformer Engine keeps
+(:mod:`nest.cost.activations`); selective recomputation drops the attention core, full
+recomputation keeps only the block input.
 
 Experts (expert TP = 1): with sequence parallelism each rank routes its own ``b s / (cp
 tp)`` tokens to ``top-k`` experts; dispatch and combine are all-to-alls of ``tokens x k x
@@ -50,6 +38,7 @@ import numpy as np
 from ..errors import SpecError
 from ..parallel import RECOMPUTE_MODES, ConfigArrays
 from ..specs import JobSpec, ModelSpec
+from .activations import Activations
 from .compute import KernelModel
 from .model import BLOCK, EMBEDDING, MOE, AttentionShape, attention_shape, node_params
 
@@ -125,6 +114,7 @@ class NodeCostModel:
         # Activations (and what is communicated) stay in 16 bits even when GEMMs run in fp8.
         self.e = 4 if job.dtype == "fp32" else 2
         self.attn: AttentionShape = attention_shape(model)
+        self.acts = Activations(model, job)
 
     def table(self, kind: str, c: ConfigArrays) -> dict[str, np.ndarray]:
         """Columns :data:`COST_FIELDS` and :data:`OP_FIELDS` of ``kind`` for every
@@ -238,33 +228,6 @@ class NodeCostModel:
             gemm, elementwise = gemm + g, elementwise + el
         return gemm, elementwise, routed
 
-    def _block_activations(self, c, moe):
-        """(kept without recompute, attention core part, block input) in bytes."""
-        m, e, t, a = self.model, self.e, c.tp, self.attn
-        s, b, h = self.job.seq_len // c.cp, c.micro_batch, m.hidden
-        sbh = s * b * h
-        rep = self._replicated(c)
-        dropout_masks = 2 * sbh if m.dropout else 0  # one byte per element, two masks
-        outside = 4 * sbh * e + dropout_masks  # two norm inputs, the QKV and fc1 inputs
-        inside = e * s * b * (a.q_width + a.k_width + a.v_width) + e * s * b * a.o_width
-        scores = m.num_heads * s * self.job.seq_len * b
-        if self.job.flash_attention:
-            core = 4 * m.num_heads * s * b  # fp32 log-sum-exp; the output is the projection input
-        elif m.dropout:
-            core = (2 * e + 1) * scores  # softmax output, dropout mask, dropout output
-        else:
-            core = e * scores
-        widths = 3 if m.mlp == "swiglu" else 2
-        expert = 0
-        if moe:
-            tokens = s * b / _where(c.sp, t, 1) * m.experts_per_token * max(1.0, m.capacity_factor)
-            expert = (tokens * (2 * h + widths * m.moe_ffn_hidden) * e).astype(np.int64)  # in, intermediates, out
-            inside = inside + widths * s * b * m.num_shared_experts * m.moe_ffn_hidden * e
-        else:
-            inside = inside + widths * s * b * m.ffn_hidden * e
-        full = outside // rep + (inside + core) // t + expert
-        return full, core // t, e * sbh // rep
-
     def _block(self, c, moe):
         gemm, elementwise, core, core_bwd = self._attention(c)
         tp_fwd = 1  # after attention
@@ -280,7 +243,7 @@ class NodeCostModel:
         gemm, elementwise = gemm + g, elementwise + el
         fwd = gemm + elementwise + core
         bwd = 2 * gemm + 2 * elementwise + core_bwd
-        full_bytes, core_bytes, block_input = self._block_activations(c, moe)
+        kept, transient = self.acts.kept(c, moe)
         full = c.recompute == RECOMPUTE_MODES.index("full")
         selective = c.recompute == RECOMPUTE_MODES.index("selective")
         passes = _where(full, 3, 2)  # a full recomputation repeats the forward's collectives
@@ -297,9 +260,9 @@ class NodeCostModel:
             "cp_steps_bwd": steps,
             "ep_count": _where(has_ep, 2 * passes, 0)[..., None],
             "ep_bytes": np.asarray(_where(has_ep, routed * self.model.hidden * self.e, 0.0))[..., None],
-            "act_bytes": _where(full, block_input, _where(selective, full_bytes - core_bytes, full_bytes)),
+            "act_bytes": kept,
             "out_bytes": hidden_bytes // self._replicated(c),
-            "transient_bytes": _where(c.recompute != RECOMPUTE_MODES.index("none"), full_bytes, 0),
+            "transient_bytes": transient,
         }
 
     # -- embedding and head ------------------------------------------------------------
@@ -316,7 +279,7 @@ class NodeCostModel:
         tp_ops = {"tp_count": _where(has_tp, 1.0, 0.0)[..., None],
                   "tp_bytes": np.asarray(_where(has_tp, self._hidden_bytes(c), 0))[..., None]}
         return _no_comm(fwd, bwd, _where(c.recompute == RECOMPUTE_MODES.index("full"), fwd, 0.0),
-                        (n * m.hidden if m.dropout else 0) // rep, self._hidden_bytes(c) // rep, 0, tp_ops)
+                        self.acts.embedding(c), self._hidden_bytes(c) // rep, 0, tp_ops)
 
     def _head(self, c):
         m, k, e, t = self.model, self.k, self.e, c.tp
@@ -324,11 +287,9 @@ class NodeCostModel:
         rep = self._replicated(c)
         # the output layer is a plain 16-bit GEMM (Megatron keeps it out of FP8)
         gemm = k.bmm(n, v / t, h, 1)
-        acts = 2 * n * h * e // rep  # final norm input, logits-GEMM input
         if m.encoder_head:
             gemm = gemm + k.bmm(n, h, h, 1)
-            acts = acts + n * h * e  # masked-LM transform output
-        logits = 4 * n * v // t  # fp32 logits kept for the cross-entropy backward
+        logits = 4 * n * v // t  # fp32 softmax of the cross-entropy
         fwd = gemm + k.stream(2 * 2 * n * h * e / rep + 3 * logits, kernels=4)
         bwd = 2 * gemm + k.stream(2 * 2 * n * h * e / rep + 2 * logits, kernels=3)
         # SP all-gathers the sequence before the logits GEMM (reduce-scatter back);
@@ -338,8 +299,9 @@ class NodeCostModel:
         tp_ops = {"tp_count": np.stack(np.broadcast_arrays(_where(has_tp, 1.0, 0.0), _where(has_tp, 3.0, 0.0)), -1),
                   "tp_bytes": np.stack(np.broadcast_arrays(_where(has_tp, self._hidden_bytes(c), 0),
                                                            _where(has_tp, 4.0 * n, 0.0)), -1)}
-        return _no_comm(fwd, bwd, _where(c.recompute == RECOMPUTE_MODES.index("full"), fwd, 0.0), acts + logits,
-                        0, logits, tp_ops)
+        kept, transient = self.acts.head(c)
+        return _no_comm(fwd, bwd, _where(c.recompute == RECOMPUTE_MODES.index("full"), fwd, 0.0), kept,
+                        0, transient, tp_ops)
 
 
 def _no_comm(fwd, bwd, recompute, act, out, transient, tp_ops):

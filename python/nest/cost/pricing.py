@@ -135,7 +135,9 @@ def sync_columns(scn: Scenario, cands: CandidateArrays, terms: GroupTerms) -> di
     """Per candidate: ``fixed_s`` (latency terms and optimizer launches), and per dense
     and per expert parameter the seconds of its sync + optimizer step (``dense``,
     ``expert``), their gradient-reduction, weight-gather and optimizer parts
-    (``*_reduce``, ``*_gather``, ``*_optimizer``) and the bytes it keeps (``*_bytes``)."""
+    (``*_reduce``, ``*_gather``, ``*_optimizer``) and the bytes it keeps (``*_bytes``: its
+    weight, gradient and optimizer-state parts ``*_weight_bytes``, ``*_grad_bytes``,
+    ``*_state_bytes``)."""
     opt, wb = scn.job.optimizer, scn.weight_bytes
     zero = cands.zero
     touched = opt.grad_bytes + 2 * opt.master_bytes + 2 * opt.state_bytes + wb
@@ -154,8 +156,10 @@ def sync_columns(scn: Scenario, cands: CandidateArrays, terms: GroupTerms) -> di
         optimizer = touched / scn.kernels.memory_rate / np.where(zero >= 1, shards, 1)
         out[name] = per + optimizer
         out[name + "_optimizer"] = optimizer
-        out[name + "_bytes"] = (wb / np.where(zero >= 3, shards, 1) + opt.grad_bytes / np.where(zero >= 2, shards, 1)
-                                + opt.sharded_bytes / np.where(zero >= 1, shards, 1))
+        out[name + "_weight_bytes"] = wb / np.where(zero >= 3, shards, 1)
+        out[name + "_grad_bytes"] = opt.grad_bytes / np.where(zero >= 2, shards, 1)
+        out[name + "_state_bytes"] = opt.sharded_bytes / np.where(zero >= 1, shards, 1)
+        out[name + "_bytes"] = out[name + "_weight_bytes"] + out[name + "_grad_bytes"] + out[name + "_state_bytes"]
     out["fixed_s"] = fixed
     return out
 

@@ -25,7 +25,7 @@ from ..network.placement import placer_for
 from ..parallel import Candidate, CandidateArrays, ConfigArrays, LayerConfig
 from ..specs import ClusterSpec, JobSpec, ModelSpec
 from .compute import KernelModel
-from .model import active_parameter_count, chain_kinds, chain_names, parameter_count
+from .model import BLOCK, MOE, active_parameter_count, chain_kinds, chain_names, parameter_count
 from .nodes import COST_FIELDS, OP_FIELDS, NodeCostModel
 
 
@@ -60,8 +60,11 @@ class ConfigTable:
     configs: Sequence[LayerConfig]
     arrays: ConfigArrays
     cols: dict[str, np.ndarray]
-    transient: np.ndarray  # [C] int64: largest transient bytes of any kind
+    transient: np.ndarray  # [C] int64: largest transient bytes of the kinds before the last node
     send_ps: np.ndarray  # [C, rows, kinds]: a node's output sent across a boundary (Placer.send_rows)
+    # [C] int64: what the last node (the output layer and loss) needs beyond ``transient``
+    # while it runs; only the stage holding it pays it
+    last_transient: np.ndarray | None = None
     derived: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -84,13 +87,26 @@ class Scenario:
         self.model, self.cluster, self.job = model, cluster, job
         self.peak_flops = cluster.device.peak_flops(job.dtype)
         self.kernels = KernelModel(cluster.device, job.dtype_bytes, self.peak_flops)
-        self.weight_bytes = 4 if job.dtype == "fp32" else 2
+        # bytes per weight: fp32, FP8 with --fp8-param-gather, else 16-bit
+        self.weight_bytes = 4 if job.dtype == "fp32" else 1 if job.fp8_param_gather else 2
+        # FP8 without FP8 weights: Transformer Engine keeps each GEMM weight's FP8 copy,
+        # row- and column-wise (the transpose the backward's data gradient needs), from
+        # the first micro-batch to the last (transformer_engine/pytorch/module/linear.py,
+        # TE 2.7: the weight workspace cached under "weight" while Megatron passes
+        # is_first_microbatch, megatron/core/pipeline_parallel/schedules.py)
+        self.fp8_weight_cache_bytes = 2 if job.dtype == "fp8" and not job.fp8_param_gather else 0
+        self.reserve_bytes = (cluster.device.reserved_bytes if job.reserved_memory_bytes is None
+                              else job.reserved_memory_bytes)
         self.source = source or AnalyticSource(model, job, self.kernels)
         self.kinds = list(self.source.kinds)
         self.kind_list = list(dict.fromkeys(self.kinds))
         self.kind_index = np.array([self.kind_list.index(k) for k in self.kinds], dtype=np.int64)
         self.kind_count = np.bincount(self.kind_index, minlength=len(self.kind_list)).astype(np.int64)
         self.placer = placer_for(cluster, model.is_moe)
+        # the kinds whose weights are GEMMs Transformer Engine runs in FP8 (not the
+        # embedding, the output layer or measured layers)
+        analytic = isinstance(self.source, AnalyticSource)
+        self.gemm_kinds = np.array([analytic and k in (BLOCK, MOE) for k in self.kind_list], dtype=bool)
 
     @property
     def num_nodes(self) -> int:
@@ -110,8 +126,12 @@ class Scenario:
             slots = max(p[name].shape[1] for p in per_kind)
             columns[name] = np.stack([np.pad(p[name].reshape(n, -1), ((0, 0), (0, slots - p[name].shape[1])))
                                       for p in per_kind], axis=1)
-        transient = columns["transient_bytes"].max(axis=1) if n else np.zeros(0, dtype=np.int64)
-        return ConfigTable(configs, arrays, columns, transient, self.placer.send_rows(columns["out_bytes"]))
+        before = np.unique(self.kind_index[:-1])
+        last = columns["transient_bytes"][:, self.kind_index[-1]] if n else np.zeros(0, dtype=np.int64)
+        transient = (columns["transient_bytes"][:, before].max(axis=1) if n and len(before)
+                     else np.zeros(n, dtype=np.int64))
+        return ConfigTable(configs, arrays, columns, transient, self.placer.send_rows(columns["out_bytes"]),
+                           np.maximum(last - transient, 0))
 
     def batch(self, cands: Sequence[Candidate]) -> tuple[ConfigTable, CandidateArrays]:
         """The configuration table of ``cands`` and the candidates as columns into it."""

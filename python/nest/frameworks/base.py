@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import RuleError, SpecError
 from ..parallel import RECOMPUTE_MODES, Candidate, CandidateArrays, ConfigArrays, SpaceLimits, parse_order
-from ..specs import JobSpec, ModelSpec
+from ..specs import JobSpec, ModelSpec, OptimizerSpec
 from .plan_reader import PlanReader
 
 
@@ -145,6 +145,19 @@ class Framework:
     def notes(self, plan: dict) -> list[str]:
         """What the launch needs besides the emitted text (environment variables)."""
         return []
+
+
+def default_state(name: str, version: str, job: JobSpec) -> None:
+    """SpecError unless the job keeps the default optimizer state (fp32 gradients, master
+    weights and moments, 16-bit weights): what a framework without Megatron-Core's
+    precision options runs."""
+    if job.optimizer != OptimizerSpec.named(job.optimizer.name):
+        raise SpecError(f"framework = {name}: job.optimizer: {version} keeps fp32 gradients, master weights and "
+                        "moments (no bf16 gradients or precision-aware optimizer); closest expressible: "
+                        "--grad-dtype fp32 --optimizer-state-dtype fp32")
+    if job.fp8_param_gather:
+        raise SpecError(f"framework = {name}: job.fp8_param_gather = True: {version} has no FP8 weights; "
+                        "closest expressible: fp8_param_gather=False")
 
 
 _PLACED = ("tp", "cp", "dp", "pp")  # ep folds into tp x cp x dp and places nothing itself

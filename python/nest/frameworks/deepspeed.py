@@ -38,7 +38,7 @@ import json
 from ..errors import SpecError
 from ..parallel import DEFAULT_ORDER, RECOMPUTE_MODES, SpaceLimits
 from ..specs import JobSpec, ModelSpec
-from .base import Framework, Rule, narrowed, same_layout
+from .base import Framework, Rule, default_state, narrowed, same_layout
 from .plan_reader import PlanReader
 
 _V = "DeepSpeed v0.19.5"
@@ -109,6 +109,7 @@ class DeepSpeed(Framework):
                         recompute=("none", "full"))
 
     def job_errors(self, model: ModelSpec, job: JobSpec) -> None:
+        default_state(self.name, _V, job)
         if job.dtype == "fp8":
             raise SpecError(f"framework = deepspeed: job.dtype = fp8: DeepSpeed's config has no FP8 training "
                             f"({_V} deepspeed/runtime/precision_config.py: bf16 and fp16); closest expressible: "

@@ -86,6 +86,17 @@ RULES = (
          f"{_V014} megatron/core/transformer/moe/moe_layer.py MoELayer.forward",
          lambda m, j, c: ~((c.tp > 1) & ~c.sp) | (not m.is_moe),
          lambda m, j, cand: "sp=True"),
+    Rule("precision-aware-optimizer",
+         "16- and 8-bit Adam moments are the precision-aware optimizer's, which runs with the distributed "
+         "optimizer only",
+         f"{_V014} megatron/core/optimizer/optimizer_config.py OptimizerConfig.__post_init__",
+         lambda m, j, c: (c.zero >= 1) | (j.optimizer.state_dtype == "fp32"),
+         lambda m, j, cand: "zero=1 (--use-distributed-optimizer), or --optimizer-state-dtype fp32"),
+    Rule("fp8-param-gather",
+         "FP8 weights (--fp8-param-gather) need the distributed optimizer or Megatron-FSDP",
+         f"{_V014} megatron/training/arguments.py validate_args",
+         lambda m, j, c: (c.zero >= 1) | (not j.fp8_param_gather),
+         lambda m, j, cand: "zero=1 (--use-distributed-optimizer)"),
     Rule("context-parallel-sequence",
          "with context parallelism the sequence is a multiple of 2 x cp",
          f"{_V014} megatron/training/arguments.py validate_args",
@@ -105,6 +116,12 @@ class Megatron(Framework):
         return narrowed(limits, rank_orders=ORDERS)
 
     def job_errors(self, model: ModelSpec, job: JobSpec) -> None:
+        if job.optimizer.state_dtype is None:
+            opt = job.optimizer
+            raise SpecError(f"framework = megatron: job.optimizer = {opt.grad_bytes}/{opt.master_bytes}/"
+                            f"{opt.state_bytes} bytes (gradient/master/state): not a layout Megatron-Core has "
+                            f"({_V014} megatron/core/optimizer/optimizer_config.py); closest expressible: "
+                            "--grad-dtype fp32|bf16 with --optimizer-state-dtype fp32|bf16|fp8")
         if job.overlap_param_gather and not job.overlap_grad_reduce:
             raise SpecError("framework = megatron: --overlap-param-gather needs --overlap-grad-reduce "
                             f"({_V014} megatron/training/arguments.py validate_args)")
@@ -129,7 +146,16 @@ class Megatron(Framework):
         if dtype == "fp8":
             add("--fp8-format", "hybrid")
             add("--fp8-recipe", "delayed")
-        add("--optimizer", p.job.get("optimizer", "adam"))
+        opt = p.job_spec().optimizer
+        add("--optimizer", opt.name)
+        if opt.grad_dtype == "bf16":
+            add("--grad-reduce-in-bf16")
+        if opt.state_dtype != "fp32":  # 16-bit moments as bf16 (OptimizerSpec.state_dtype)
+            add("--use-precision-aware-optimizer")
+            add("--exp-avg-dtype", opt.state_dtype)
+            add("--exp-avg-sq-dtype", opt.state_dtype)
+        if p.job.get("fp8_param_gather"):
+            add("--fp8-param-gather")
         add("--tensor-model-parallel-size", p.tp)
         add("--pipeline-model-parallel-size", p.pp)
         if p.cp > 1:

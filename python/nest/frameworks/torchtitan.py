@@ -41,7 +41,7 @@ import numpy as np
 from ..errors import SpecError
 from ..parallel import DEFAULT_ORDER, RECOMPUTE_MODES, SpaceLimits
 from ..specs import JobSpec, ModelSpec
-from .base import Framework, Rule, narrowed, same_layout
+from .base import Framework, Rule, default_state, narrowed, same_layout
 from .plan_reader import PlanReader
 
 _V = "torchtitan 0.3.0"
@@ -200,6 +200,7 @@ class Torchtitan(Framework):
         return {"overlap_grad_reduce": True}
 
     def job_errors(self, model: ModelSpec, job: JobSpec) -> None:
+        default_state(self.name, _V, job)
         fields = {f: getattr(model, f) for f in ModelSpec.__dataclass_fields__}
         if registry_entry(fields) is None:
             names = ", ".join(f"{c} ({m})" for m, c, _ in REGISTRY)

@@ -236,7 +236,7 @@ def _gated_decoder(cfg: _Config, model_type: str, notes: list[str]) -> dict:
     if model_type not in _DEEPSEEK and head_dim is not None and head_dim != fields["hidden"] // heads:
         fields["attention_head_dim"] = cfg.int("head_dim")
     if model_type in ("qwen3", "qwen3_moe"):
-        notes.append("per-head Q/K RMSNorm (2 x head_dim parameters per block) not counted")
+        fields["qk_norm"] = True  # Qwen3Attention's q_norm and k_norm
     window = cfg.data.get("sliding_window")
     if (model_type in ("mistral", "mixtral") and isinstance(window, int)
             and not isinstance(window, bool) and window < fields["max_position"]):

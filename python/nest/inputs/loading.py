@@ -12,7 +12,9 @@ model::
 device::
 
     base: a100-80gb
-    memory_GiB: 40           # or memory_GB
+    memory_MiB: 40960        # or memory_GiB, memory_GB (nvidia-smi's total is in MiB)
+    reserved_GiB: 2          # or reserved_MiB: memory kept from tensors (CUDA context,
+                             # NCCL buffers, allocator fragmentation; default 2 GiB)
     hbm_bandwidth_GBps: 1555
     peak_TFLOPS_bf16: 312    # also _fp16, _fp8, _fp32
     gemm_efficiency: 0.75    # also hbm_efficiency, attention_efficiency
@@ -49,7 +51,7 @@ from ..presets.clusters import CLUSTERS, GRAPH_CLUSTERS
 from ..presets.devices import DEVICES
 from ..presets.models import MODELS
 from ..specs import ClusterSpec, DeviceSpec, ModelSpec, Tier, field_names, from_mapping
-from ..units import GiB
+from ..units import GiB, MiB
 from .files import is_path, read_spec_file
 from .hf import model_from_hf_config
 
@@ -97,8 +99,11 @@ def _with_base(table: dict, cls, data: dict, what: str):
 
 
 _DEVICE_UNITS = {
+    "memory_MiB": ("memory_bytes", MiB),
     "memory_GiB": ("memory_bytes", GiB),
     "memory_GB": ("memory_bytes", 1e9),
+    "reserved_MiB": ("reserved_bytes", MiB),
+    "reserved_GiB": ("reserved_bytes", GiB),
     "hbm_bandwidth_GBps": ("hbm_bandwidth", 1e9),
     "peak_TFLOPS_bf16": ("peak_flops_bf16", 1e12),
     "peak_TFLOPS_fp16": ("peak_flops_fp16", 1e12),

@@ -1,8 +1,12 @@
 """Device presets from public datasheets (dense tensor-core peaks, no sparsity).
 
-Memory sizes are what the datasheet states, converted with the unit the vendor uses
-for that part (A100 and TPU HBM are binary GiB; H100/H200/B200/MI300X are quoted in
-GB = 1e9 bytes).
+Memory sizes are the totals the driver reports, which is what a training job can
+allocate from (before the device's ``reserved_bytes``): ``nvidia-smi`` shows 40960 MiB
+(A100 40GB), 81920 MiB (A100 80GB), 81559 MiB (H100 SXM; all three listed in
+https://github.com/modal-labs/modal-client/pull/2797), 143771 MiB (H200) and 183359 MiB
+(B200); ``rocm-smi`` shows 206141652992 B = 196592 MiB (MI300X). Datasheets round these
+(an "80 GB" H100 has 85.5 GB). TPUs keep the documented HBM size, for want of a
+published runtime figure.
 
 The efficiency fields are measurements, not datasheet numbers (the curves that use them
 are in :mod:`nest.cost.efficiency`):
@@ -26,7 +30,7 @@ are in :mod:`nest.cost.efficiency`):
 from __future__ import annotations
 
 from ..specs import DeviceSpec
-from ..units import GB, GiB
+from ..units import GB, GiB, MiB
 
 TFLOPS = 1e12
 
@@ -39,31 +43,31 @@ FLASH_A100 = 0.62
 FLASH_HOPPER = 0.60
 
 _PRESETS = [
-    DeviceSpec(name="a100-40gb", memory_bytes=40 * GiB, hbm_bandwidth=1555 * GB,
+    DeviceSpec(name="a100-40gb", memory_bytes=40960 * MiB, hbm_bandwidth=1555 * GB,
                peak_flops_bf16=312 * TFLOPS, peak_flops_fp32=156 * TFLOPS,
                gemm_efficiency=MAMF_A100, attention_efficiency=FLASH_A100,
                source="NVIDIA A100 Tensor Core GPU datasheet (SXM 40GB): 312 TFLOPS BF16, 1,555 GB/s HBM2"),
-    DeviceSpec(name="a100-80gb", memory_bytes=80 * GiB, hbm_bandwidth=2039 * GB,
+    DeviceSpec(name="a100-80gb", memory_bytes=81920 * MiB, hbm_bandwidth=2039 * GB,
                peak_flops_bf16=312 * TFLOPS, peak_flops_fp32=156 * TFLOPS,
                gemm_efficiency=MAMF_A100, attention_efficiency=FLASH_A100,
                source="NVIDIA A100 Tensor Core GPU datasheet (SXM 80GB): 312 TFLOPS BF16, 2,039 GB/s HBM2e"),
-    DeviceSpec(name="h100-sxm", memory_bytes=80 * GB, hbm_bandwidth=3350 * GB,
+    DeviceSpec(name="h100-sxm", memory_bytes=81559 * MiB, hbm_bandwidth=3350 * GB,
                peak_flops_bf16=989 * TFLOPS, peak_flops_fp8=1979 * TFLOPS,
                peak_flops_fp32=494.5 * TFLOPS,
                gemm_efficiency=MAMF_H100, attention_efficiency=FLASH_HOPPER,
                source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): 989 TFLOPS BF16 dense, "
                       "1,979 FP8, 80 GB HBM3 at 3.35 TB/s"),
-    DeviceSpec(name="h200", memory_bytes=141 * GB, hbm_bandwidth=4800 * GB,
+    DeviceSpec(name="h200", memory_bytes=143771 * MiB, hbm_bandwidth=4800 * GB,
                peak_flops_bf16=989 * TFLOPS, peak_flops_fp8=1979 * TFLOPS,
                peak_flops_fp32=494.5 * TFLOPS,
                gemm_efficiency=MAMF_H100, attention_efficiency=FLASH_HOPPER,
                source="NVIDIA H200 Tensor Core GPU datasheet (SXM): 141 GB HBM3e at 4.8 TB/s"),
-    DeviceSpec(name="b200", memory_bytes=180 * GB, hbm_bandwidth=8000 * GB,
+    DeviceSpec(name="b200", memory_bytes=183359 * MiB, hbm_bandwidth=8000 * GB,
                peak_flops_bf16=2250 * TFLOPS, peak_flops_fp8=4500 * TFLOPS,
                peak_flops_fp32=1100 * TFLOPS, gemm_efficiency=MAMF_B200,
                source="NVIDIA DGX B200 datasheet (per GPU: 180 GB HBM3e usable, 8 TB/s, "
                       "2.25 PFLOPS dense BF16, 4.5 PFLOPS dense FP8)"),
-    DeviceSpec(name="mi300x", memory_bytes=192 * GB, hbm_bandwidth=5300 * GB,
+    DeviceSpec(name="mi300x", memory_bytes=196592 * MiB, hbm_bandwidth=5300 * GB,
                peak_flops_bf16=1307.4 * TFLOPS, peak_flops_fp8=2614.9 * TFLOPS,
                peak_flops_fp32=653.7 * TFLOPS, gemm_efficiency=MAMF_MI300X,
                source="AMD Instinct MI300X datasheet: 192 GB HBM3 at 5.3 TB/s, "

@@ -92,10 +92,10 @@ _PRESETS += [
          39_000_000_000, 1024, "mistralai/Mixtral-8x22B-v0.1 config.json (141B total, 39B active)"),
     _moe("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936, 128, 8, 768, 30_500_000_000,
          3_300_000_000, 1024, "Qwen/Qwen3-30B-A3B config.json; Qwen3 technical report "
-         "(30.5B total, 3.3B active)", attention_head_dim=128),
+         "(30.5B total, 3.3B active)", attention_head_dim=128, qk_norm=True),
     _moe("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936, 128, 8, 1536, 235_000_000_000,
          22_000_000_000, 1024, "Qwen/Qwen3-235B-A22B config.json; Qwen3 technical report "
-         "(235B total, 22B active)", attention_head_dim=128),
+         "(235B total, 22B active)", attention_head_dim=128, qk_norm=True),
     _moe("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 256, 8, 2048, 671_000_000_000,
          37_000_000_000, 4608, "deepseek-ai/DeepSeek-V3 config.json; DeepSeek-V3 technical "
          "report (671B total, 37B active, excluding the 14B multi-token-prediction module)",

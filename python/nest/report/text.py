@@ -41,6 +41,18 @@ def _layers(names: tuple[str, ...]) -> str:
     return " + ".join(text)
 
 
+def _memory_parts(plan: Plan) -> str:
+    """The fullest rank's memory at its activation peak, by part."""
+    peak = plan.peak_memory
+    if peak is None:
+        return ""
+    live = "+".join(map(str, peak.live))
+    return (f" (pipeline rank {peak.rank} at its activation peak)\n              weights {peak.weights / GiB:.2f}  "
+            f"gradients {peak.gradients / GiB:.2f}  optimizer {peak.optimizer / GiB:.2f}  activations "
+            f"{peak.activations / GiB:.2f} ({live} micro-batches live per chunk)  transient {peak.transient / GiB:.2f}  "
+            f"reserve {peak.reserve / GiB:.2f} GiB")
+
+
 def render(plan: Plan) -> str:
     """A multi-line text report of ``plan``."""
     p = plan.parallelism
@@ -63,7 +75,7 @@ def render(plan: Plan) -> str:
         f"({plan.throughput_tokens_per_s / plan.devices_used:.0f} per device)",
         f"MFU           {100 * plan.mfu:10.1f} %",
         f"memory        {plan.memory_max_bytes / GiB:10.1f} GiB of {plan.memory_capacity_bytes / GiB:.1f} "
-        "GiB per device (largest stage)",
+        "GiB per device" + _memory_parts(plan),
         "",
         "time breakdown (s): " + "  ".join(f"{k} {v:.4f}" for k, v in plan.breakdown_s.items()),
         "",

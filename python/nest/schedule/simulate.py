@@ -54,6 +54,7 @@ from typing import Sequence
 
 from ..cost.scenario import Scenario
 from ..parallel import Candidate
+from .order import interleaved_order, one_f_one_b_order
 from .tasks import (
     BACKWARD,
     COMPUTE_KINDS,
@@ -154,46 +155,6 @@ class SimResult:
 
 
 # -- schedules --------------------------------------------------------------------------
-
-
-def one_f_one_b_order(device: int, pp: int, micro_batches: int) -> list[tuple[str, int, int]]:
-    """Megatron's non-interleaved 1F1B order on ``device``: ``(F|B, virtual stage, mb)``."""
-    warmup = min(pp - device - 1, micro_batches)
-    ops = [("F", device, j) for j in range(warmup)]
-    for i in range(micro_batches - warmup):
-        ops.append(("F", device, warmup + i))
-        ops.append(("B", device, i))
-    ops += [("B", device, j) for j in range(micro_batches - warmup, micro_batches)]
-    return ops
-
-
-def interleaved_order(device: int, pp: int, vp: int, micro_batches: int) -> list[tuple[str, int, int]]:
-    """Megatron's interleaved 1F1B order on ``device`` (``micro_batches % pp == 0``).
-
-    Virtual micro-batch ``k`` is chunk ``(k mod p v) // p`` (reversed for backwards) of
-    micro-batch ``(k // p v) p + k mod p``; chunk ``c`` of device ``d`` is virtual stage
-    ``c p + d``.
-    """
-    if micro_batches % pp:
-        raise ValueError(f"interleaving needs micro-batches ({micro_batches}) divisible by pp ({pp})")
-    total = micro_batches * vp
-
-    def op(kind: str, k: int) -> tuple[str, int, int]:
-        chunk = (k % (pp * vp)) // pp
-        if kind == "B":
-            chunk = vp - 1 - chunk
-        return kind, chunk * pp + device, (k // (pp * vp)) * pp + k % pp
-
-    if micro_batches == pp:
-        warmup = total
-    else:
-        warmup = min((pp - device - 1) * 2 + (vp - 1) * pp, total)
-    ops = [op("F", k) for k in range(warmup)]
-    for k in range(total - warmup):
-        ops.append(op("F", k + warmup))
-        ops.append(op("B", k))
-    ops += [op("B", k) for k in range(total - warmup, total)]
-    return ops
 
 
 # -- the event simulation ---------------------------------------------------------------

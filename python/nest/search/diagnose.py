@@ -162,7 +162,7 @@ def _device_change(scn: Scenario, limits: SpaceLimits, engine: str, threads: int
     when the fixed memory alone exceeds the device, or when the memory bound stops
     shrinking before a size fits (activations of one layer, not parameters, bind)."""
     n = scn.cluster.num_devices
-    if scn.job.reserved_memory_bytes >= scn.cluster.device.memory_bytes:
+    if scn.reserve_bytes >= scn.cluster.device.memory_bytes:
         return []
 
     def fit(devices: int) -> tuple[bool, float]:
@@ -269,6 +269,18 @@ def config_message(scn: Scenario, cand: Candidate, ends: list[int] | None, engin
     changes = [text for _, text in sorted(fitting, key=lambda f: f[0])]
     changes.append(f"devices with at least {needed / GiB:.2f} GiB")
     return f"{head}; smallest changes that fit: " + "; or ".join(changes)
+
+
+def peak_message(scn: Scenario, peak) -> str:
+    """Why a split the stage DP accepted does not fit at its exact activation peak
+    (``peak``: the fullest rank's :class:`~nest.schedule.memory.DeviceMemory`)."""
+    device = scn.cluster.device
+    return (f"pipeline rank {peak.rank} needs {peak.total / GiB:.2f} GiB at its activation peak, {device.name} "
+            f"has {device.memory_bytes / GiB:.2f} GiB (weights {peak.weights / GiB:.2f}, gradients "
+            f"{peak.gradients / GiB:.2f}, optimizer {peak.optimizer / GiB:.2f}, activations "
+            f"{peak.activations / GiB:.2f} GiB with {list(peak.live)} micro-batches live per chunk, transient "
+            f"{peak.transient / GiB:.2f}, reserve {peak.reserve / GiB:.2f}); split the layers more evenly across "
+            "its chunks, or see `nest plan` for what fits")
 
 
 def _need(scn: Scenario, cand: Candidate, ends: list[int] | None, engine: str, threads: int | None) -> float:

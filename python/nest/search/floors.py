@@ -94,7 +94,7 @@ def memory_factors(scn: Scenario, table: ConfigTable) -> tuple[np.ndarray, np.nd
         return (np.stack([config_sums(scn, table.cols["params_dense"]) * per_param, arrays.cp,
                           config_sums(scn, table.cols["params_expert"]) * per_param, arrays.tp * arrays.cp,
                           arrays.ep, config_sums(scn, table.cols["act_bytes"])], axis=1),
-                scn.job.reserved_memory_bytes + table.transient)
+                scn.reserve_bytes + table.transient)
     return table.cached("memory", compute)
 
 

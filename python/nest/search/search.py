@@ -66,6 +66,7 @@ from ..dp.reference import stage_details, stage_times
 from ..errors import InfeasibleError, SpecError
 from ..frameworks import framework
 from ..parallel import Candidate, CandidateArrays, SpaceLimits
+from ..schedule.memory import fits
 from ..schedule.step import batch_step_s, batch_timing
 from ..schedule.tasks import BatchTasks
 from ..units import PS
@@ -111,16 +112,18 @@ class SearchOutcome:
         return self.ends if self.ends is not None else ends_of(self.problem, self.result, self.local)
 
 
-def framework_split(problem: DPProblem, n: int, options, schedule_ps=None) -> tuple[int, int, list[int]] | None:
+def framework_split(problem: DPProblem, n: int, options, schedule_ps=None, exact_fit=None
+                    ) -> tuple[int, int, list[int]] | None:
     """The best of a framework's splits (``options``: ``(nodes per stage, launch options)``)
     for candidate ``n`` of ``problem``: ``(score, closed form, stage ends)`` of the fitting
     split with the smallest score (the exact schedule ``schedule_ps(nodes)``, or without it
-    the closed form), then closed form, then ends; None when none fits."""
+    the closed form), then closed form, then ends; None when none fits (the DP's check,
+    and ``exact_fit(nodes)`` when given)."""
     best = None
     for nodes, _ in options:
         ends = np.cumsum(nodes).tolist()
         details = stage_details(problem, n, ends)
-        if not all(d["fits"] for d in details):
+        if not all(d["fits"] for d in details) or (exact_fit is not None and not exact_fit(nodes)):
             continue
         closed = split_closed_form_ps(problem, n, details)
         score = closed if schedule_ps is None else schedule_ps(nodes)
@@ -227,7 +230,8 @@ class _Search:
                     tasks = tasks or BatchTasks.of(priced)
                 row = int(kept[n])
                 found = framework_split(problem, n, options, None if self.ranking is None else
-                                        lambda nodes: self._layers_ps(tasks, row, nodes))
+                                        lambda nodes: self._layers_ps(tasks, row, nodes),
+                                        lambda nodes: fits(priced, row, nodes))
                 if found is None:
                     continue
                 score, closed_form, ends = found
@@ -239,6 +243,9 @@ class _Search:
                 tasks = tasks or BatchTasks.of(priced)
                 score = self._layers_ps(tasks, int(kept[n]), np.diff([0] + ends_of(problem, result, n)).tolist())
             if (score, closed_form, key) < (self.score, self.closed_form, self.key or ()):
+                layers = np.diff([0] + (ends if ends is not None else ends_of(problem, result, n))).tolist()
+                if not fits(priced, int(kept[n]), layers):
+                    continue  # the DP's check passed, the exact peak of its split does not fit
                 self.score, self.closed_form, self.key = score, closed_form, key
                 self.best = SearchOutcome(cands.candidate(self.table.configs, n), problem, result, n, 0, 0,
                                           ends=ends)
@@ -390,6 +397,8 @@ def polish_split(scn: Scenario, cand: Candidate, problem: DPProblem, local: int,
                 if not (trial[k - 1] if k else 0) < trial[k] < trial[k + 1] or budget <= 0:
                     continue
                 if not all(d["fits"] for d in stage_details(problem, local, trial)):
+                    continue
+                if not fits(tasks.priced, 0, np.diff([0] + trial).tolist()):
                     continue
                 budget -= 1
                 seconds = step(trial)

@@ -1,0 +1,189 @@
+"""Memory fidelity: nest's per-GPU memory against public training runs.
+
+    python bench/fidelity/memory_runs.py        # prints the table, writes memory_results.md
+
+Each run is one published sample (its source, the framework's memory statistic, the
+configuration as the source gives it; values derived from the source are marked). Every
+run ran, so nest must find its configuration feasible; where a peak is published nest's
+tensors (its fullest rank's total less the device reserve, which covers what PyTorch's
+allocator does not see) are compared with it. ``allocated`` peaks (Megatron-Core's
+``mem-max-allocated-bytes``) compare directly; ``reserved`` peaks add the allocator's
+fragmentation on top. Runs whose framework keeps memory differently from Megatron-Core
+with Transformer Engine (torchtitan's FSDP2 with torchao FP8 and torch.compile) are shown
+and left out of the error statistics (``calibrates = False``).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import nest
+from nest.presets.models import MODELS
+from nest.specs import ModelSpec, OptimizerSpec
+
+HERE = Path(__file__).resolve().parent
+GiB = 2**30
+
+# Megatron-LM's functional-test GPT (tests/functional_tests/test_cases/gpt/gpt3_7b_*_memory_speed/
+# model_config.yaml at main d98e8a6): LayerNorm, GeLU, biases, learned positions, dropout
+# 0.1, GQA 8, an untied 131073-token vocabulary padded to a multiple of 128 x TP.
+MLM_GPT7B = ModelSpec(name="mlm-gpt3-7b-test", num_layers=32, hidden=4096, num_heads=32, num_kv_heads=8,
+                      ffn_hidden=16384, vocab_size=131584, seq_len=8192, mlp="gelu", norm="layernorm", bias=True,
+                      tied_embeddings=False, position_embedding="learned", dropout=True)
+
+# Megatron-Bridge's FP8 current-scaling H100 presets (performance summary 25.11, recipes at
+# v0.2.0): FP8 weights gathered in FP8, bf16 gradient reduction, overlapped DP collectives.
+FP8_CS = dict(dtype="fp8", fp8_param_gather=True, optimizer=OptimizerSpec.of("adam", "bf16", "fp32"),
+              overlap_grad_reduce=True, overlap_param_gather=True)
+BRIDGE = "https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/main/docs/performance-summary.md"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One published run: ``config`` are ``nest.evaluate``'s keyword arguments, ``job``
+    ``nest.job_spec``'s; ``measured_GiB`` the published peak (None: not published)."""
+
+    id: str
+    source: str
+    model: ModelSpec
+    devices: int
+    seq_len: int
+    global_batch: int
+    config: dict
+    job: dict = field(default_factory=dict)
+    preset: str = "dgx-h100"
+    measured_GiB: float | None = None
+    kind: str = ""  # what the peak measures
+    calibrates: bool = True
+    notes: str = ""
+
+
+RUNS = [
+    Run("mlm-ft-7b-tp1pp4-h100", "Megatron-LM tests/functional_tests/test_cases/gpt/gpt3_7b_tp1_pp4_memory_speed "
+        "(golden_values_dev_dgx_h100.json, main d98e8a6)", MLM_GPT7B, 8, 8192, 8,
+        dict(tp=1, pp=4, vp=8, dp=2, micro_batch=1, sp=False, zero=1, recompute="none",
+             layers_per_stage=[2] + [1] * 30 + [2]),  # --num-layers-per-virtual-pipeline-stage 1
+        dict(overlap_grad_reduce=True, overlap_param_gather=True),
+        measured_GiB=60720852992 / GiB, kind="max allocated, last rank",
+        notes="dp derived (8 GPUs / tp pp); the last rank, whose peak the test records; the vocabulary padded "
+              "to a multiple of 128 x 4 (the TP4 test's; 128 for TP1 would be 384 fewer rows)"),
+    Run("mlm-ft-7b-tp4pp1-h100", "Megatron-LM tests/functional_tests/test_cases/gpt/gpt3_7b_tp4_pp1_memory_speed "
+        "(golden_values_dev_dgx_h100.json, main d98e8a6)", MLM_GPT7B, 8, 8192, 8,
+        dict(tp=4, pp=1, dp=2, micro_batch=2, sp=False, zero=1, recompute="none"),
+        dict(overlap_grad_reduce=True, overlap_param_gather=True),
+        measured_GiB=57143791616 / GiB, kind="max allocated, last rank", notes="dp derived"),
+    Run("mb-qwen3-30b-ep16-h100", "Megatron-Bridge skills/nemo-mbridge-perf-expert-parallel-overlap/SKILL.md "
+        "(HybridEP production-shape benchmark, 2026-07-25)", MODELS["qwen3-30b-a3b"], 16, 4096, 1024,
+        dict(tp=1, pp=1, dp=16, ep=16, micro_batch=1, sp=False, zero=1, recompute="none"),
+        dict(overlap_grad_reduce=True), measured_GiB=62.166, kind="max allocated, rank 0",
+        notes="distributed optimizer assumed (Bridge's default); recomputation not stated (none assumed)"),
+    Run("mb-l70b-sft-tp4pp4vp5", "Megatron-Bridge skills/nemo-mbridge-perf-memory-tuning card (PR #3107): "
+        "Llama3-70B SFT, FP8-CS, 32 H100", MODELS["llama3-70b"], 32, 4096, 32,
+        dict(tp=4, pp=4, vp=5, dp=2, micro_batch=1, sp=True, zero=1, recompute="selective"), FP8_CS,
+        measured_GiB=59.0, kind="\"~59 gb\" (unit and statistic not stated)", calibrates=False,
+        notes="ran only with expandable segments; 58.8 gb without them was an OOM"),
+    Run("ps2511-h100-l3-70b", BRIDGE + " (25.11, H100 FP8-CS)", MODELS["llama3-70b"], 64, 8192, 128,
+        dict(tp=4, pp=8, vp=5, dp=2, micro_batch=1, sp=True, zero=1, recompute="none"), FP8_CS),
+    Run("ps2511-h100-l31-405b", BRIDGE + " (25.11, H100 FP8-CS)", MODELS["llama3.1-405b"], 1024, 8192, 512,
+        dict(tp=8, pp=8, vp=8, cp=2, dp=8, micro_batch=1, sp=True, zero=1, recompute="none"), FP8_CS),
+    Run("ps2511-h100-q3-235b", BRIDGE + " (25.11, H100 FP8-CS)", MODELS["qwen3-235b-a22b"], 256, 4096, 2048,
+        dict(tp=2, pp=8, vp=4, dp=16, ep=32, micro_batch=1, sp=True, zero=1, recompute="none"), FP8_CS,
+        notes="expert TP 1"),
+    Run("ps2509-h100-dsv3", BRIDGE + " (25.09, H100)", MODELS["deepseek-v3"], 1024, 4096, 8192,
+        dict(tp=2, pp=8, vp=4, dp=64, ep=64, micro_batch=1, sp=True, zero=1, recompute="selective"), FP8_CS,
+        notes="selective recomputation (mla_up_proj, mlp in the v0.2.0 preset; nest's selective is core "
+              "attention only); FP8-CS assumed"),
+    Run("ps2606-h100-l3-70b-sft", BRIDGE + " (26.06, H100 SFT)", MODELS["llama3-70b"], 32, 4096, 32,
+        dict(tp=4, pp=4, vp=5, dp=2, micro_batch=1, sp=True, zero=1, recompute="none"), FP8_CS),
+    Run("issue-qwen3-30b-pp2vp24", "the published H100 FP8 run nest issue 17 quotes (PP2 VP24 EP8 MBS2)",
+        MODELS["qwen3-30b-a3b"], 16, 4096, 256,
+        dict(tp=1, pp=2, vp=24, dp=8, ep=8, micro_batch=2, sp=False, zero=1, recompute="none"), FP8_CS,
+        notes="16 GPUs and global batch 256 assumed"),
+    Run("tt2412-t4-1", "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Table 4 (2D, compile, Float8)",
+        MODELS["llama3-70b"], 256, 8192, 512, dict(tp=8, pp=1, dp=32, micro_batch=16, sp=True, zero=3, recompute="full"),
+        dict(dtype="fp8", overlap_grad_reduce=True), preset="dgx-h100-96gb", measured_GiB=71.9,
+        kind="max reserved", calibrates=False,
+        notes="torchtitan FSDP2, torchao FP8 and torch.compile keep memory unlike Megatron-Core + TE"),
+    Run("tt2412-t2-4", "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Table 2 (FSDP + CP 8)",
+        MODELS["llama3-8b"], 8, 262144, 1, dict(tp=1, pp=1, dp=1, cp=8, micro_batch=1, sp=False, zero=3,
+                                                 recompute="full"),
+        dict(dtype="fp8", overlap_grad_reduce=True), preset="dgx-h100-96gb", measured_GiB=84.5,
+        kind="max reserved", calibrates=False, notes="as tt2412-t4-1"),
+]
+
+
+def cluster(run: Run):
+    """The run's cluster; the torchtitan runs used Grand Teton H100s with 96 GB of HBM2e
+    (nvidia-smi's total for them is not published: 96 GB taken as stated)."""
+    if run.preset == "dgx-h100-96gb":
+        base = nest.load_cluster("dgx-h100", devices=run.devices)
+        return replace(base, device=replace(base.device, name="h100-96gb", memory_bytes=96e9))
+    return nest.load_cluster(run.preset, devices=run.devices)
+
+
+@dataclass(frozen=True)
+class Result:
+    run: Run
+    fits: bool
+    tensors_GiB: float | None  # nest's fullest rank less the reserve
+    total_GiB: float | None
+    capacity_GiB: float
+    reason: str = ""
+
+    @property
+    def error(self) -> float | None:
+        if self.run.measured_GiB is None or self.tensors_GiB is None:
+            return None
+        return self.tensors_GiB / self.run.measured_GiB - 1
+
+
+def evaluate(run: Run) -> Result:
+    """nest's memory of the run's configuration (infeasible: ``fits`` False and why)."""
+    c = cluster(run)
+    job = nest.job_spec(run.model, global_batch=run.global_batch, seq_len=run.seq_len, **run.job)
+    capacity = c.device.memory_bytes / GiB
+    try:
+        plan = nest.evaluate(run.model, c, job, **run.config)
+    except nest.InfeasibleError as error:
+        return Result(run, False, None, None, capacity, str(error))
+    # the rank the statistic was read on, else the fullest
+    peak = plan.memory[-1] if "last rank" in run.kind else plan.memory[0] if "rank 0" in run.kind \
+        else plan.peak_memory
+    return Result(run, True, (peak.total - peak.reserve) / GiB, peak.total / GiB, capacity)
+
+
+def table(results: list[Result]) -> list[str]:
+    lines = ["| run | configuration | measured (GiB) | statistic | nest tensors (GiB) | error | nest total / "
+             "capacity (GiB) | fits |", "|---|---|---:|---|---:|---:|---:|---|"]
+    for r in results:
+        c = r.run.config
+        layout = " ".join(f"{k}{c[k]}" for k in ("tp", "pp", "vp", "cp", "ep", "dp") if c.get(k, 1) != 1 or k == "tp")
+        layout += f" mbs{c['micro_batch']} z{c['zero']} {c['recompute']} {r.run.job.get('dtype', 'bf16')}"
+        measured = "" if r.run.measured_GiB is None else f"{r.run.measured_GiB:.2f}"
+        err = "" if r.error is None else f"{100 * r.error:+.1f}%" + ("" if r.run.calibrates else " (not calibrating)")
+        mem = "" if r.total_GiB is None else f"{r.tensors_GiB:.2f}"
+        total = "" if r.total_GiB is None else f"{r.total_GiB:.1f} / {r.capacity_GiB:.1f}"
+        lines.append(f"| {r.run.id} | {r.run.model.name} {r.run.devices} GPUs {layout} | {measured} | "
+                     f"{r.run.kind} | {mem} | {err} | {total} | {'yes' if r.fits else 'NO: ' + r.reason[:80]} |")
+    return lines
+
+
+def main() -> int:
+    results = [evaluate(run) for run in RUNS]
+    lines = ["# Memory fidelity", "", "Generated by `python bench/fidelity/memory_runs.py` (see its docstring).", ""]
+    lines += table(results)
+    errors = [abs(r.error) for r in results if r.error is not None and r.run.calibrates]
+    lines += ["", f"Runs that ran and fit in nest: {sum(r.fits for r in results)} of {len(results)}. "
+              f"Calibrating peaks: {len(errors)}, largest |error| {100 * max(errors):.1f}%.", "",
+              "Sources and notes:", ""]
+    lines += [f"* `{r.id}`: {r.source}" + (f"; {r.notes}" if r.notes else "") for r in RUNS]
+    text = "\n".join(lines) + "\n"
+    (HERE / "memory_results.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

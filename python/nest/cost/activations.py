@@ -1,0 +1,196 @@
+"""What a layer keeps from its forward to its backward: bytes per micro-batch on one rank,
+as Megatron-Core (core_v0.14.0, the Transformer Engine layer specs of
+``megatron/core/models/gpt/gpt_layer_specs.py``) with Transformer Engine (2.7) saves them.
+
+Every term is per token; a rank holds ``b s / cp`` tokens of a micro-batch. Terms
+*outside* the tensor-parallel region (norm inputs and outputs, residuals, dropout masks)
+are divided by ``tp`` only with sequence parallelism; terms *inside* it (projections of
+the heads, MLP intermediates) always are. ``h`` is the hidden size, ``a`` the query
+width (heads x head dim), ``g`` the key/value width, ``f`` the MLP width, ``G`` 2 for a
+gated MLP (SwiGLU) and 1 otherwise, ``e`` the bytes of an activation (2; 4 in fp32) and
+``q`` the bytes of a GEMM input kept for the backward (``e``; 1 under FP8, whose linear
+layers keep the FP8 copy of their input instead of the 16-bit one).
+
+Attention (``TELayerNormColumnParallelLinear`` + ``TEDotProductAttention`` +
+``TERowParallelLinear``):
+
+* the norm input ``e h`` and its statistics (fp32 ``rsigma``, and ``mu`` for LayerNorm:
+  4 or 8 bytes) and the norm output ``q h``
+  (transformer_engine/pytorch/module/layernorm_linear.py ``_LayerNormLinear.forward``);
+* the QKV GEMM output, ``e (a + 2 g)``: q, k and v are views of it
+  (megatron/core/transformer/attention.py ``get_query_key_value_tensors``, split with
+  ``SplitAlongDim``), and the attention keeps v, which keeps the whole buffer alive;
+* with rotary embeddings the rotated q and k are new tensors the attention keeps,
+  ``e (a + g)``; with Qwen3's q/k norms the query's pre-norm copy ``e a`` and the norms'
+  fp32 statistics ``4 (heads + kv_heads)`` (transformer_engine/pytorch/ops/basic/rmsnorm.py);
+* the attention output ``e a`` (kept by the fused attention and as the output
+  projection's input; under FP8 with delayed scaling the projection also keeps its FP8
+  copy ``a``, since Megatron sets ``save_original_input`` only for the other recipes);
+* fused attention keeps the fp32 softmax statistics, ``4 heads`` (the attention core,
+  which selective recomputation drops); unfused attention keeps the ``s``-long scores
+  (and the dropout mask and output with attention dropout);
+* a dropout mask of ``h`` bytes after the projection when the model has dropout.
+
+Latent attention (DeepSeek's MLA, megatron/core/transformer/multi_latent_attention.py):
+the norm input and statistics, its output kept by the two down projections (``e h``; two
+FP8 copies ``2 h`` under FP8), the q and kv latents with their norms' inputs and outputs
+(``e r + q r`` each, the kv latent's buffer ``e (r_kv + d_rope)``), the contiguous q, k
+and v (``e heads (d_qk + d_rope)`` twice and ``e heads d_v``), the output and the
+statistics.
+
+Dense MLP (``TELayerNormColumnParallelLinear`` fc1, Megatron's fused bias-SwiGLU, TE fc2):
+the norm input, statistics and output as above, the fc1 output ``e G f`` (kept by the
+activation, megatron/core/fusions/fused_bias_swiglu.py ``BiasSwiGLUFunction``) and the
+activation output ``q f`` (fc2's input), and a dropout mask.
+
+Experts (megatron/core/transformer/moe/: ``TEGroupedMLP``): the separate pre-MLP norm's
+input and statistics and its output ``e h`` (kept by the router's gate,
+``RouterGatingLinearFunction``, and by the shared experts' fc1, which under FP8 adds its
+FP8 copy ``h``), the router's fp32 logits and scores ``2 x 4 E``; per token routed to this
+rank (each of ``k`` copies, padded by the capacity factor): the grouped fc1 input ``q h``,
+its output ``e G f_e``, the activation output ``q f_e`` and the fp32 routing probability
+(4 bytes, applied inside the activation, so the expert output is not kept). Dispatch and
+combine keep only index maps. Shared experts add their MLP intermediates.
+
+Output layer and loss: the final norm's input and statistics, the output layer's input
+``e h`` (a 16-bit GEMM), and the fp32 softmax of the vocabulary-parallel cross-entropy,
+``4 V / tp`` per token of the whole sequence
+(megatron/core/tensor_parallel/cross_entropy.py ``_VocabParallelCrossEntropy``); the
+16-bit logits, ``e V / tp``, exist only while the head runs (its *transient* buffer).
+The embedding keeps the token ids (8 bytes) and a dropout mask with dropout.
+
+Full recomputation keeps a block's input, ``e h`` (outside); its working set while it
+recomputes is the block's whole activation (the *transient* of a recomputing block).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..parallel import RECOMPUTE_MODES, ConfigArrays
+from ..specs import JobSpec, ModelSpec
+from .model import attention_shape
+
+FULL = RECOMPUTE_MODES.index("full")
+SELECTIVE = RECOMPUTE_MODES.index("selective")
+
+
+class Activations:
+    """Saved bytes of the node kinds of one model and job, for many configurations at
+    once (see the module docstring for every term)."""
+
+    def __init__(self, model: ModelSpec, job: JobSpec):
+        self.model, self.job = model, job
+        self.e = 4 if job.dtype == "fp32" else 2
+        self.q = 1 if job.dtype == "fp8" else self.e
+        self.attn = attention_shape(model)
+        self.stats = 4 if model.norm == "rmsnorm" else 8
+
+    def tokens(self, c: ConfigArrays) -> np.ndarray:
+        """Tokens of one micro-batch on one context-parallel rank."""
+        return c.micro_batch * self.job.seq_len // c.cp
+
+    @staticmethod
+    def outside(c: ConfigArrays) -> np.ndarray:
+        """The divisor of terms outside the tensor-parallel region."""
+        return np.where(c.sp, c.tp, 1)
+
+    def _norm(self, width_bytes: float) -> float:
+        """A norm's input (kept for its backward), statistics and ``width_bytes`` more."""
+        return self.e * self.model.hidden + self.stats + width_bytes
+
+    # -- attention ----------------------------------------------------------------------
+
+    def attention(self) -> tuple[float, float, float]:
+        """Per token: (outside, inside, core) bytes of the attention half of a block."""
+        m, a, e, q, h = self.model, self.attn, self.e, self.q, self.model.hidden
+        heads, kv_heads = m.num_heads, m.num_kv_heads
+        dropout = h if m.dropout else 0
+        fp8_proj = a.o_width if self.job.dtype == "fp8" else 0  # the delayed recipe's FP8 copy
+        if m.kv_lora_rank:
+            latent_q, latent_kv, rope = m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
+            down = 2 * h if self.job.dtype == "fp8" else e * h  # the norm output, to both down projections
+            outside = self._norm(down) + dropout
+            outside += (e * latent_q + q * latent_q + self.stats) if latent_q else 0
+            outside += e * (latent_kv + rope) + q * latent_kv + self.stats
+            inside = e * heads * (2 * (m.qk_nope_head_dim + rope) + m.v_head_dim) + e * a.o_width + fp8_proj
+        else:
+            outside = self._norm(q * h) + dropout
+            inside = e * (a.q_width + 2 * a.k_width) + e * a.o_width + fp8_proj
+            if m.position_embedding == "rope":
+                inside += e * (a.q_width + a.k_width)
+            if m.qk_norm:
+                inside += e * a.q_width + 4 * (heads + kv_heads)
+        core = 4 * heads if self.job.flash_attention else 0
+        return outside, inside, core
+
+    def unfused_scores(self, c: ConfigArrays) -> np.ndarray:
+        """Bytes of unfused attention's scores on one rank (all heads, before ``tp``):
+        the softmax output, and with dropout its mask and output."""
+        m = self.model
+        scores = m.num_heads * (self.job.seq_len // c.cp) * self.job.seq_len * c.micro_batch
+        return ((2 * self.e + 1) if m.dropout else self.e) * scores
+
+    # -- MLP and experts -----------------------------------------------------------------
+
+    def gated(self) -> int:
+        return 2 if self.model.mlp == "swiglu" else 1
+
+    def mlp(self, width: int) -> float:
+        """Per token, inside: an MLP's intermediates (fc1 output and activation output)."""
+        return self.e * self.gated() * width + self.q * width
+
+    def dense_mlp(self) -> tuple[float, float]:
+        """Per token: (outside, inside) bytes of a dense MLP half."""
+        dropout = self.model.hidden if self.model.dropout else 0
+        return self._norm(self.q * self.model.hidden) + dropout, self.mlp(self.model.ffn_hidden)
+
+    def moe(self) -> tuple[float, float, float]:
+        """Per token: (outside, inside) bytes of a MoE half, and per routed token on the
+        expert rank."""
+        m, e, h = self.model, self.e, self.model.hidden
+        shared = m.num_shared_experts * m.moe_ffn_hidden
+        fp8_shared = h if shared and self.job.dtype == "fp8" else 0
+        outside = self._norm(e * h + fp8_shared) + 2 * 4 * m.num_experts + (h if m.dropout else 0)
+        inside = self.mlp(shared) if shared else 0
+        routed = self.q * h + self.mlp(m.moe_ffn_hidden) + 4
+        return outside, inside, routed
+
+    # -- nodes --------------------------------------------------------------------------
+
+    def block(self, c: ConfigArrays, moe: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(kept without recomputation, the attention core's part, the block input) in
+        bytes of one micro-batch, per configuration."""
+        m = self.model
+        n, rep, t = self.tokens(c), self.outside(c), c.tp
+        outside, inside, core = self.attention()
+        if moe:
+            out_mlp, in_mlp, routed = self.moe()
+            padded = n / rep * m.experts_per_token * max(1.0, m.capacity_factor)
+            expert = np.ceil(padded * routed).astype(np.int64)
+        else:
+            out_mlp, in_mlp = self.dense_mlp()
+            expert = 0
+        core_bytes = n * core // t if self.job.flash_attention else self.unfused_scores(c) // t
+        full = (n * (outside + out_mlp)) // rep + (n * (inside + in_mlp)) // t + core_bytes + expert
+        return full.astype(np.int64), np.asarray(core_bytes, dtype=np.int64), self.e * n * m.hidden // rep
+
+    def embedding(self, c: ConfigArrays) -> np.ndarray:
+        """Bytes the embedding keeps: the token ids, and its dropout mask."""
+        n = self.tokens(c)
+        return 8 * n + (n * self.model.hidden if self.model.dropout else 0) // self.outside(c)
+
+    def head(self, c: ConfigArrays) -> tuple[np.ndarray, np.ndarray]:
+        """(kept, transient) bytes of the output layer and loss: the final norm, the
+        output layer's input and the fp32 softmax; the 16-bit logits while it runs."""
+        m, n, rep, e = self.model, self.tokens(c), self.outside(c), self.e
+        outside = self._norm(e * m.hidden) + (e * m.hidden if m.encoder_head else 0)
+        return n * outside // rep + 4 * n * m.vocab_size // c.tp, e * n * m.vocab_size // c.tp
+
+    def kept(self, c: ConfigArrays, moe: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(kept until the backward, transient while recomputing) of a block under each
+        configuration's recomputation."""
+        full_bytes, core_bytes, block_input = self.block(c, moe)
+        full, selective = c.recompute == FULL, c.recompute == SELECTIVE
+        kept = np.where(full, block_input, np.where(selective, full_bytes - core_bytes, full_bytes))
+        return kept, np.where(c.recompute != RECOMPUTE_MODES.index("none"), full_bytes, 0)

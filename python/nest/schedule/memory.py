@@ -1,0 +1,138 @@
+"""Activations a pipeline rank holds over its schedule: the exact peak.
+
+A forward of chunk ``c`` adds one micro-batch of that chunk's activations, its backward
+frees it; replaying the rank's order (:mod:`nest.schedule.order`) gives, after every
+operation, how many micro-batches each of its chunks holds. The rank's activation peak is
+the largest ``sum_c n_c(t) A_c`` over the replay (``A_c`` a micro-batch of chunk ``c``),
+reached right after a forward. With interleaving the counts differ by chunk: Megatron's
+order keeps at most one micro-batch of the last rank's last chunk (the output layer
+and loss) alive, and the first rank's first chunk the most.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from .order import device_ops
+
+
+@lru_cache(maxsize=32)
+def live_counts(device: int, pp: int, vp: int, micro_batches: int) -> np.ndarray:
+    """``[operations, vp]``: micro-batches each chunk of ``device`` holds after each of
+    its operations, in order (cached, read-only: the search checks the plans it keeps
+    on a few schedule shapes)."""
+    forward, chunk, _ = device_ops(device, pp, vp, micro_batches)
+    step = np.where(forward, 1, -1)
+    onehot = np.zeros((len(chunk), vp), dtype=np.int32)
+    onehot[np.arange(len(chunk)), chunk] = step
+    counts = np.cumsum(onehot, axis=0, dtype=np.int32)
+    counts.flags.writeable = False
+    return counts
+
+
+@dataclass(frozen=True)
+class LiveSummary:
+    """Per rank of a ``(pp, vp, m)`` schedule: the most micro-batch-chunks it holds at
+    once (``total``) and, per chunk, the most micro-batches that chunk holds
+    (``per_chunk[d, c]``, not all at the same time)."""
+
+    total: np.ndarray  # [pp]
+    per_chunk: np.ndarray  # [pp, vp]
+
+
+@lru_cache(maxsize=1024)
+def live_summary(pp: int, vp: int, micro_batches: int) -> LiveSummary:
+    """:class:`LiveSummary` of the schedule (cached: it depends on nothing else)."""
+    total, per_chunk = np.zeros(pp, dtype=np.int64), np.zeros((pp, vp), dtype=np.int64)
+    for d in range(pp):
+        counts = live_counts(d, pp, vp, micro_batches)
+        total[d] = counts.sum(axis=1).max()
+        per_chunk[d] = counts.max(axis=0)
+    return LiveSummary(total, per_chunk)
+
+
+def peak_activations(pp: int, vp: int, micro_batches: int, chunk_bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Per rank, the peak of live activation bytes and the micro-batches each of its
+    chunks holds at that peak (``[pp]``, ``[pp, vp]``). ``chunk_bytes[q]`` is one
+    micro-batch of virtual stage ``q`` (chunk ``q // pp`` of rank ``q % pp``)."""
+    per = np.asarray(chunk_bytes, dtype=np.float64).reshape(vp, pp).T  # [rank, chunk]
+    peaks, at_peak = np.zeros(pp), np.zeros((pp, vp), dtype=np.int64)
+    for d in range(pp):
+        counts = live_counts(d, pp, vp, micro_batches)
+        live = counts @ per[d]
+        t = int(np.argmax(live))
+        peaks[d], at_peak[d] = live[t], counts[t]
+    return peaks, at_peak
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """One pipeline rank's memory at its activation peak, in bytes: its share of the
+    weights, gradients and optimizer state (ZeRO-sharded; with FP8 weights' cached copies
+    in ``weights``), its live activations (``live``: the micro-batches each of its chunks
+    holds then), the largest transient buffer (a recomputing block's working set, the
+    output layer's logits on the last rank) and the device's reserve."""
+
+    rank: int
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    live: tuple[int, ...]
+    transient: float
+    reserve: float
+    capacity: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer + self.activations + self.transient + self.reserve
+
+    def to_dict(self) -> dict:
+        """The ``memory.ranks[]`` entry of a plan's JSON document."""
+        return {"rank": self.rank, "total_bytes": self.total, "weights_bytes": self.weights,
+                "gradients_bytes": self.gradients, "optimizer_bytes": self.optimizer,
+                "activations_bytes": self.activations, "live_micro_batches": list(self.live),
+                "transient_bytes": self.transient, "reserve_bytes": self.reserve, "capacity_bytes": self.capacity}
+
+
+def device_memory(priced, n: int, layers_per_stage) -> list[DeviceMemory]:
+    """Per pipeline rank, the memory of candidate ``n`` of a priced batch
+    (:class:`~nest.cost.pricing.Priced`) split into ``layers_per_stage`` nodes per
+    virtual stage, at the rank's exact activation peak (:func:`peak_activations`)."""
+    scn, table, cands = priced.scn, priced.table, priced.cands
+    config, pp, vp, zero = int(cands.config[n]), int(cands.pp[n]), int(cands.vp[n]), int(cands.zero[n])
+    kinds = scn.kind_index
+    col = lambda name: table.cols[name][config][kinds].astype(np.float64)  # noqa: E731
+    dense, expert, acts = col("params_dense"), col("params_expert"), col("act_bytes")
+    sync = {k: float(v[n]) for k, v in priced.sync.items()}
+    cache = 0.0 if zero >= 3 else float(scn.fp8_weight_cache_bytes)
+    parts = {"weights": dense * sync["dense_weight_bytes"] + expert * sync["expert_weight_bytes"]
+             + cache * (dense + expert) * scn.gemm_kinds[kinds],
+             "gradients": dense * sync["dense_grad_bytes"] + expert * sync["expert_grad_bytes"],
+             "optimizer": dense * sync["dense_state_bytes"] + expert * sync["expert_state_bytes"],
+             "acts": acts}
+    ends = np.cumsum(np.asarray(layers_per_stage, dtype=np.int64))
+    starts = np.concatenate(([0], ends[:-1]))
+    per_stage = {k: np.add.reduceat(v, starts) for k, v in parts.items()}
+    micro = int(priced.micro_batches()[n])
+    peaks, at_peak = peak_activations(pp, vp, micro, per_stage["acts"])
+    rank_of = np.arange(pp * vp) % pp
+    out = []
+    for d in range(pp):
+        mine = rank_of == d
+        transient = float(table.transient[config]) + (float(table.last_transient[config]) if d == pp - 1 else 0.0)
+        out.append(DeviceMemory(d, float(per_stage["weights"][mine].sum()), float(per_stage["gradients"][mine].sum()),
+                                float(per_stage["optimizer"][mine].sum()), float(peaks[d]),
+                                tuple(int(x) for x in at_peak[d]), transient, float(scn.reserve_bytes),
+                                float(scn.cluster.device.memory_bytes)))
+    return out
+
+
+def fits(priced, n: int, layers_per_stage) -> bool:
+    """Whether every rank of candidate ``n`` split so fits its device at its exact peak
+    (the stage DP's check is exact for alike chunks; this settles the others)."""
+    capacity = float(priced.scn.cluster.device.memory_bytes)
+    return all(d.total <= capacity for d in device_memory(priced, n, layers_per_stage))

@@ -1,0 +1,101 @@
+"""Memory options a user sets: gradient and optimizer-state dtypes, FP8 weights, the
+device's reserve (nest's JobSpec, device files and the command line), each with the bytes
+Megatron-Core keeps for it and the launch flags that mean it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import nest
+from launch_readers import assert_round_trip
+from nest.cli import main
+from nest.inputs.loading import load_device
+from nest.presets.models import MODELS
+from nest.specs import JobSpec, OptimizerSpec
+
+LLAMA = MODELS["llama3-8b"]
+CLUSTER = nest.load_cluster("dgx-h100", devices=64)
+
+
+@pytest.mark.parametrize("grad,state,expected", [
+    ("fp32", "fp32", (4, 4, 8)), ("bf16", "fp32", (2, 4, 8)), ("fp32", "bf16", (4, 2, 4)),
+    ("bf16", "bf16", (2, 2, 4)), ("bf16", "fp8", (2, 2, 2)),
+])
+def test_optimizer_layouts_are_megatron_cores(grad, state, expected):
+    """(gradient, master, moments) bytes per parameter: the precision-aware optimizer keeps
+    the master weight as a 16-bit remainder of the bf16 weight (store_param_remainders)."""
+    opt = OptimizerSpec.of("adam", grad, state)
+    assert (opt.grad_bytes, opt.master_bytes, opt.state_bytes) == expected
+    assert (opt.grad_dtype, opt.state_dtype) == (grad, state if state != "fp16" else "bf16")
+
+
+def test_sgd_has_no_moments_to_shrink():
+    with pytest.raises(nest.SpecError, match="job.optimizer_state_dtype = 'bf16': applies to Adam's moments"):
+        OptimizerSpec.of("sgd", "fp32", "bf16")
+
+
+def _rank0(job, **config):
+    plan = nest.evaluate(LLAMA, CLUSTER, job, micro_batch=1, recompute="full", **config)
+    return plan, plan.memory[0]
+
+
+def test_bytes_per_parameter_follow_the_state_layout():
+    """ZeRO-1 over dp 64: weights 2, gradients (4 or 2), the sharded master and moments
+    (12 or 6) / 64 per parameter -- read off the rank's breakdown."""
+    params = None
+    for grad, state, per_grad, per_state in (("fp32", "fp32", 4, 12), ("bf16", "bf16", 2, 6)):
+        job = nest.job_spec(LLAMA, optimizer=OptimizerSpec.of("adam", grad, state))
+        _, rank = _rank0(job, tp=1, pp=1, dp=64, zero=1)
+        params = rank.weights / 2 if params is None else params
+        assert rank.weights == pytest.approx(2 * params, rel=1e-12)
+        assert rank.gradients == pytest.approx(per_grad * params, rel=1e-12)
+        assert rank.optimizer == pytest.approx(per_state * params / 64, rel=1e-12)
+
+
+def test_fp8_weights_and_their_cached_copies():
+    """FP8 training keeps bf16 weights plus Transformer Engine's cached FP8 copies of the
+    block weights (2 bytes each); with --fp8-param-gather the weights are FP8 (1 byte)."""
+    bf16 = _rank0(nest.job_spec(LLAMA), tp=1, pp=1, dp=64, zero=1)[1]
+    fp8 = _rank0(nest.job_spec(LLAMA, dtype="fp8"), tp=1, pp=1, dp=64, zero=1)[1]
+    gathered = _rank0(nest.job_spec(LLAMA, dtype="fp8", fp8_param_gather=True), tp=1, pp=1, dp=64, zero=1)[1]
+    params = bf16.weights / 2
+    embedding_and_head = 2 * LLAMA.vocab_size * LLAMA.hidden + LLAMA.hidden  # and the final norm
+    # every block weight is cached (its two norms' 2h weights too: 0.003% of a block)
+    assert fp8.weights - bf16.weights == 2 * (params - embedding_and_head)
+    assert gathered.weights == pytest.approx(params, rel=1e-12)
+    with pytest.raises(nest.SpecError, match="job.fp8_param_gather = True: stores weights in FP8; needs dtype fp8"):
+        JobSpec(global_batch=8, seq_len=8, fp8_param_gather=True)
+
+
+def test_the_reserve_is_the_devices_and_can_be_set(tmp_path):
+    device = tmp_path / "gpu.yaml"
+    device.write_text("base: h100-sxm\nmemory_MiB: 97871\nreserved_GiB: 3.5\n")
+    spec = load_device(str(device))
+    assert spec.memory_bytes == 97871 * 2**20 and spec.reserved_bytes == 3.5 * 2**30
+    _, rank = _rank0(nest.job_spec(LLAMA), tp=1, pp=1, dp=64, zero=3)
+    assert rank.reserve == 2 * 2**30
+    _, rank = _rank0(nest.job_spec(LLAMA, reserved_memory_bytes=2**29), tp=1, pp=1, dp=64, zero=3)
+    assert rank.reserve == 2**29
+
+
+def test_cli_options_reach_the_plan_and_the_megatron_launch(capsys):
+    args = ["plan", "--model", "llama3-70b", "--cluster", "dgx-h100", "--devices", "256", "--grad-dtype", "bf16",
+            "--optimizer-state-dtype", "bf16", "--dtype", "fp8", "--fp8-param-gather", "--reserved-gib", "1.5",
+            "--framework", "megatron"]
+    assert main(args + ["--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["job"]["optimizer_bytes"] == {"grad": 2, "master": 2, "state": 4}
+    assert plan["job"]["fp8_param_gather"] and plan["job"]["reserved_memory_bytes"] == 1.5 * 2**30
+    assert all(r["reserve_bytes"] == 1.5 * 2**30 for r in plan["memory"]["ranks"])
+    assert plan["parallelism"]["zero"] >= 1  # the precision-aware optimizer needs the distributed one
+    got = assert_round_trip(plan, "megatron")
+    assert got["args"]["--exp-avg-dtype"] == "bf16" and got["args"]["--fp8-param-gather"] is True
+
+
+@pytest.mark.parametrize("fw", ["deepspeed", "torchtitan"])
+def test_frameworks_without_these_options_refuse_them(fw):
+    job = nest.job_spec(LLAMA, framework=fw, optimizer=OptimizerSpec.of("adam", "bf16", "fp32"))
+    with pytest.raises(nest.SpecError, match=f"^framework = {fw}: job.optimizer: .* keeps fp32 gradients"):
+        nest.plan(LLAMA, CLUSTER, job)
