@@ -30,10 +30,11 @@ def megatron_read(text: str, world: int) -> dict:
     while i < len(tokens):
         assert tokens[i].startswith("--"), tokens[i]
         assert tokens[i] not in args, f"{tokens[i]} given twice"
-        if i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
-            args[tokens[i]], i = tokens[i + 1], i + 2
-        else:
-            args[tokens[i]], i = True, i + 1
+        values = []
+        while i + 1 + len(values) < len(tokens) and not tokens[i + 1 + len(values)].startswith("--"):
+            values.append(tokens[i + 1 + len(values)])  # nargs='*' options take several
+        args[tokens[i]] = " ".join(values) if values else True
+        i += 1 + len(values)
     tp, pp = int(args["--tensor-model-parallel-size"]), int(args["--pipeline-model-parallel-size"])
     cp = int(args.get("--context-parallel-size", 1))
     dp = world // (tp * pp * cp)
@@ -56,6 +57,8 @@ def megatron_read(text: str, world: int) -> dict:
     granularity = args.get("--recompute-granularity")
     if granularity == "full":
         assert (args["--recompute-method"], args["--recompute-num-layers"]) == ("uniform", "1")
+    if granularity == "selective" and "--recompute-modules" in args:
+        granularity = ",".join(args["--recompute-modules"].split())  # nest's name of a module set
     assert global_batch % (micro * dp) == 0
     # Megatron-Core's optimizer state (optimizer_config.py): bf16 main gradients with
     # --grad-reduce-in-bf16; the precision-aware optimizer's moments, and its master weights

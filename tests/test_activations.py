@@ -49,12 +49,12 @@ def test_llama_block_fp8_keeps_fp8_copies():
 
 def test_recomputation():
     """Selective (core_attn) drops only the softmax statistics; full keeps the block input;
-    a recomputing block's working set is its whole activation."""
+    what a recomputing block rematerialises while it runs backward is its transient."""
     m = MODELS["llama3-8b"]
     none, selective, full = (saved(m, "block", recompute=r) for r in ("none", "selective", "full"))
-    assert none.act_bytes - selective.act_bytes == S * 4 * m.num_heads
+    assert none.act_bytes - selective.act_bytes == S * 4 * m.num_heads == selective.transient_bytes
     assert full.act_bytes == S * 2 * m.hidden
-    assert none.transient_bytes == 0 and full.transient_bytes == selective.transient_bytes == none.act_bytes
+    assert none.transient_bytes == 0 and full.transient_bytes == none.act_bytes
 
 
 def test_qwen3_moe_block():
@@ -126,3 +126,57 @@ def test_fp8_never_keeps_more_than_bf16(model):
     m = MODELS[model]
     for kind in ("block", "head") + (("moe",) if m.is_moe else ()):
         assert saved(m, kind, tp=4, sp=True, dtype="fp8").act_bytes <= saved(m, kind, tp=4, sp=True).act_bytes
+
+
+# -- recomputation modules (Megatron-Core --recompute-modules) ----------------------------------
+
+def test_mlp_module_keeps_only_the_mlp_input():
+    """``mlp`` checkpoints the dense MLP (its fused norm included): of that half only the
+    input x 2h and no statistics, norm output or intermediates stay (2h + 4 + 2h + 6f less)."""
+    m = MODELS["llama3-8b"]
+    none, mlp = saved(m, "block"), saved(m, "block", recompute="mlp")
+    assert none.act_bytes - mlp.act_bytes == S * (4 + 2 * m.hidden + 6 * m.ffn_hidden) == mlp.transient_bytes
+    assert mlp.recompute_s > 0 and mlp.recompute_s < saved(m, "block", recompute="full").recompute_s
+
+
+def test_moe_modules():
+    """``moe_act`` drops the experts' activation output (2 f_e per routed token),
+    ``layernorm`` the pre-MLP norm's output (2h per token), ``moe`` keeps only the MoE
+    layer's input (dropping the router's 8E, and per routed token 2h + 6 f_e + 4)."""
+    m = MODELS["qwen3-30b-a3b"]
+    k, h, f = m.experts_per_token, m.hidden, m.moe_ffn_hidden
+    none = saved(m, "moe").act_bytes
+    assert none - saved(m, "moe", recompute="moe_act").act_bytes == S * k * 2 * f
+    assert none - saved(m, "moe", recompute="layernorm,moe_act").act_bytes == S * (k * 2 * f + 2 * h)
+    assert none - saved(m, "moe", recompute="moe").act_bytes == S * (8 * m.num_experts + k * (2 * h + 6 * f + 4))
+
+
+def test_mla_up_projection_module():
+    """``mla_up_proj`` drops the contiguous q, k and v (2 heads (2 (d_nope + d_rope) + d_v))."""
+    m = MODELS["deepseek-v3"]
+    qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+    dropped = saved(m, "moe").act_bytes - saved(m, "moe", recompute="mla_up_proj").act_bytes
+    assert dropped == S * 2 * m.num_heads * (2 * qk + m.v_head_dim)
+
+
+def test_module_recomputation_repeats_its_collectives():
+    """A recomputed dense MLP repeats its TP pair (1 of 5 of the block's), a recomputed MoE
+    layer its dispatch and combine (2 of 6 all-to-alls); full recomputation a third of each."""
+    job = JobSpec(global_batch=8, seq_len=S)
+    kernels = KernelModel(DEVICES["h100-sxm"], 2, DEVICES["h100-sxm"].peak_flops_bf16)
+    costs = lambda m: NodeCostModel(m, job, kernels)  # noqa: E731
+    dense = node_row(costs(MODELS["llama3-8b"]), "block", LayerConfig(4, True, 1, "mlp", False, 1, 1))
+    assert (dense.recompute_tp_share, dense.recompute_ep_share) == (1 / 5, 0)
+    moe = node_row(costs(MODELS["qwen3-30b-a3b"]), "moe", LayerConfig(2, True, 1, "moe", False, 1, 8))
+    assert moe.recompute_ep_share == 2 / 6 and moe.recompute_tp_share == 0  # no shared experts
+    full = node_row(costs(MODELS["qwen3-30b-a3b"]), "moe", LayerConfig(2, True, 1, "full", False, 1, 8))
+    assert full.recompute_ep_share == full.recompute_tp_share == pytest.approx(1 / 3)
+
+
+def test_modes_a_model_does_not_have_are_refused():
+    import nest
+
+    with pytest.raises(nest.SpecError, match=r"^recompute = moe_act: recomputes a module llama3-8b does not have "
+                                             r"\(its modes: none, selective, full, mlp\)"):
+        nest.evaluate("llama3-8b", nest.load_cluster("dgx-h100", devices=8), tp=1, pp=1, dp=8, micro_batch=1,
+                      recompute="moe_act")

@@ -65,9 +65,10 @@ def test_long_context_megatron_plan_uses_context_parallelism_and_its_mapping():
 
 
 def test_interleaved_megatron_plan_round_trips():
-    plan = nest.plan("gpt3-175b", nest.load_cluster("dgx-a100", devices=1024),
-                     nest.job_spec(MODELS["gpt3-175b"], framework="megatron")).to_dict()
-    assert plan["parallelism"]["vp"] > 1
+    plan = nest.evaluate("gpt3-175b", nest.load_cluster("dgx-a100", devices=1024),
+                         nest.job_spec(MODELS["gpt3-175b"], framework="megatron"), tp=8, pp=8, vp=4, dp=16,
+                         micro_batch=1, sp=True, zero=1, recompute="selective").to_dict()
+    assert plan["parallelism"]["vp"] == 4
     assert len(assert_round_trip(plan, "megatron")["blocks"]) == plan["parallelism"]["pp"] * plan["parallelism"]["vp"]
 
 
@@ -200,3 +201,14 @@ def test_rankfile_launch_binds_each_rank_to_its_gpu(tmp_path):
         assert out.split() == [str(rank["slot"]), "0"]
     lines = [line for line in text.splitlines() if not line.startswith("#")]
     assert lines == [f"rank {r['rank']}={r['host']} slot={r['slot']}" for r in plan["placement"]["ranks"]]
+
+
+def test_megatron_recompute_modules():
+    plan = nest.evaluate("qwen3-30b-a3b", nest.load_cluster("dgx-h100", devices=64),
+                         nest.job_spec(MODELS["qwen3-30b-a3b"], framework="megatron"), tp=1, pp=2, dp=32, ep=8,
+                         micro_batch=1, zero=1, recompute="layernorm,moe_act").to_dict()
+    got = assert_round_trip(plan, "megatron")
+    assert got["args"]["--recompute-granularity"] == "selective"
+    assert got["args"]["--recompute-modules"] == "layernorm moe_act"
+    with pytest.raises(RuleError, match="^framework = deepspeed: no-selective-recompute: .* no selective or module"):
+        emit(plan, "deepspeed")

@@ -267,3 +267,27 @@ def test_text_report_shows_both_times(capsys):
     plan = nest.plan("bert-large", nest.load_cluster("h100-spineleaf", devices=64))
     assert f"{plan.step_time_s:10.4f} s" in line
     assert f"(exact schedule; the stage DP's closed form of this split: {plan.closed_form_step_time_s:.4f} s)" in line
+
+
+def test_runners_up_are_polished_so_more_options_never_slow_the_plan():
+    """llama3-70b on 512 H100s: the fastest split before polishing is ZeRO-3 without a
+    pipeline (6.658 s, recomputing the MLPs), but TP 4 PP 2 VP 8 polishes from 6.709 s to
+    6.621 s. The planner polishes the best pipelines too, so the search with every
+    recomputation module returns a plan at least as fast as with the classic modes only,
+    and it is the fastest polished finalist."""
+    from nest.parallel import CLASSIC_RECOMPUTE, SpaceLimits
+    from nest.search.search import FINALISTS, polish_split, search
+
+    cluster = nest.load_cluster("dgx-h100", devices=512)
+    every = nest.plan("llama3-70b", cluster)
+    classic = nest.plan("llama3-70b", cluster, limits=SpaceLimits(recompute=CLASSIC_RECOMPUTE))
+    assert every.step_time_s <= classic.step_time_s
+    scn = Scenario(nest.load_model("llama3-70b"), cluster, nest.JobSpec(global_batch=512, seq_len=8192))
+    found = search(scn)
+    assert 1 <= len(found.runners_up) <= FINALISTS - 1
+    assert all(o.candidate.pp > 1 for o in found.runners_up)
+    polished = [candidate_step_s(scn, o.candidate, np.diff(
+        [0] + polish_split(scn, o.candidate, o.problem, o.local, o.split())).tolist())
+        for o in [found, *found.runners_up]]
+    assert every.step_time_s == pytest.approx(min(polished), rel=1e-12)
+    assert min(polished) < polished[0]  # a runner-up wins after polishing

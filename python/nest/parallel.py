@@ -25,8 +25,43 @@ import numpy as np
 
 from .errors import SpecError
 
-RECOMPUTE_MODES = ("none", "selective", "full")
-"""Activation recomputation: none, the attention core only (selective), whole blocks (full)."""
+RECOMPUTE_MODES = ("none", "selective", "full", "mlp", "moe_act", "layernorm,moe_act", "moe", "mla_up_proj",
+                   "mla_up_proj,moe_act", "mla_up_proj,mlp")
+"""Activation recomputation: none; selective, Megatron-LM's ``--recompute-granularity
+selective`` with its default module ``core_attn`` (the attention core); full (every block
+keeps only its input); and ``--recompute-modules`` sets (Megatron-Core core_v0.14.0,
+megatron/core/transformer/transformer_config.py ``recompute_modules``): ``mlp`` the dense
+MLPs, ``moe_act`` the experts' activation, ``layernorm`` the separate norms (MoE's pre-MLP
+norm, MLA's input norm), ``moe`` whole MoE layers, ``mla_up_proj`` MLA's up projections.
+The first three are the classic modes; :func:`recompute_modes` lists those a model has."""
+
+CLASSIC_RECOMPUTE = RECOMPUTE_MODES[:3]
+"""none, selective and full: the modes of every model (and of measured layer profiles)."""
+
+RECOMPUTE_LADDER = ("none", "selective", "moe_act", "mla_up_proj", "mla_up_proj,moe_act", "layernorm,moe_act",
+                    "mlp", "mla_up_proj,mlp", "moe", "full")
+"""The modes from least to most memory saved on the layers they apply to (what a
+diagnosis tries in turn)."""
+
+
+def recompute_modules(mode: str) -> frozenset[str]:
+    """The Megatron modules a mode recomputes (``selective``: ``core_attn``; ``full``:
+    every module, marked ``full``)."""
+    if mode == "none":
+        return frozenset()
+    if mode == "selective":
+        return frozenset({"core_attn"})
+    return frozenset(mode.split(","))
+
+
+def recompute_modes(dense: bool, moe: bool, latent: bool) -> tuple[str, ...]:
+    """The modes that change something for a model with dense MLP blocks, MoE blocks and
+    latent attention (the search's default): a module the model lacks recomputes nothing."""
+    def applies(mode: str) -> bool:
+        modules = recompute_modules(mode) - {"core_attn", "full"}
+        need = {"mlp": dense, "moe_act": moe, "moe": moe, "layernorm": moe or latent, "mla_up_proj": latent}
+        return all(need[m] for m in modules)
+    return tuple(m for m in RECOMPUTE_MODES if applies(m))
 
 ZERO_STAGES = (0, 1, 2, 3)
 """ZeRO stages: 0 replicated, 1 optimizer state sharded (Megatron's distributed optimizer),

@@ -27,12 +27,12 @@ from .parallel import DEFAULT_ORDER, RECOMPUTE_MODES, ZERO_STAGES, Candidate, La
 from .result import Plan, build_plan
 from .schedule.memory import device_memory, fits
 from .schedule.simulate import SimResult, simulate_candidate
-from .schedule.step import batch_step_s
+from .schedule.step import batch_step_s, candidate_step_s
 from .schedule.tasks import BatchTasks
 from .search import diagnose
 from .search.problems import ends_of, problem
-from .search.search import check_ranking, framework_split, polish_split, search
-from .search.space import check_tp
+from .search.search import SearchOutcome, check_ranking, framework_split, polish_split, search
+from .search.space import check_tp, model_recompute_modes
 from .specs import ClusterSpec, JobSpec, ModelSpec
 
 
@@ -76,10 +76,22 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | None
         outcome = search(scn, limits, engine, threads, ranking)
     ends = outcome.split()
     if ranking == "schedule" and outcome.ends is None:  # a framework's own splits are not polished
-        ends = polish_split(scn, outcome.candidate, outcome.problem, outcome.local, ends, engine)
+        outcome, ends = _best_polished(scn, [outcome, *outcome.runners_up], engine)
     return build_plan(scn, outcome.candidate, outcome.problem, outcome.local, ends,
                       solve_time=time.perf_counter() - started, evaluated=outcome.evaluated,
                       engine=engine, candidates_total=outcome.total, threads=threads)
+
+
+def _best_polished(scn: Scenario, finalists: list[SearchOutcome], engine: str) -> tuple[SearchOutcome, list[int]]:
+    """The finalist (best first) whose polished split has the fastest schedule, and that
+    split (the first on ties)."""
+    best = None
+    for outcome in finalists:
+        ends = polish_split(scn, outcome.candidate, outcome.problem, outcome.local, outcome.split(), engine)
+        seconds = candidate_step_s(scn, outcome.candidate, np.diff([0] + ends).tolist())
+        if best is None or seconds < best[0]:
+            best = (seconds, outcome, ends)
+    return best[1], best[2]
 
 
 def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | None = None, *,
@@ -195,6 +207,10 @@ def _check_fixed(scn: Scenario, cand: Candidate, layers) -> None:
                         f"({scn.micro_batches(cand)}) divisible by pp ({cand.pp})")
     if cfg.recompute not in RECOMPUTE_MODES:
         raise SpecError(f"recompute = {cfg.recompute!r}: must be one of {', '.join(RECOMPUTE_MODES)}")
+    modes = model_recompute_modes(scn.model)
+    if cfg.recompute not in modes:
+        raise SpecError(f"recompute = {cfg.recompute}: recomputes a module {scn.model.name} does not have "
+                        f"(its modes: {', '.join(modes)})")
     if cfg.sp and cfg.tp == 1:
         raise SpecError("sp = True: sequence parallelism needs tp > 1")
     if cand.zero not in ZERO_STAGES:

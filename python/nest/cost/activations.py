@@ -67,12 +67,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..parallel import RECOMPUTE_MODES, ConfigArrays
+from ..parallel import RECOMPUTE_MODES, ConfigArrays, recompute_modules
 from ..specs import JobSpec, ModelSpec
 from .model import attention_shape
-
-FULL = RECOMPUTE_MODES.index("full")
-SELECTIVE = RECOMPUTE_MODES.index("selective")
 
 
 class Activations:
@@ -101,19 +98,24 @@ class Activations:
 
     # -- attention ----------------------------------------------------------------------
 
-    def attention(self) -> tuple[float, float, float]:
-        """Per token: (outside, inside, core) bytes of the attention half of a block."""
+    def attention(self) -> dict[str, int]:
+        """Per token, the attention half's bytes: ``outside`` and ``inside`` the TP region,
+        the ``core`` (fused attention's statistics), and the parts module recomputation
+        drops: MLA's input norm output (``norm_out``, outside; ``layernorm``) and its
+        contiguous q, k, v (``up``, inside; ``mla_up_proj``)."""
         m, a, e, q, h = self.model, self.attn, self.e, self.q, self.model.hidden
         heads, kv_heads = m.num_heads, m.num_kv_heads
         dropout = h if m.dropout else 0
         fp8_proj = a.o_width if self.job.dtype == "fp8" else 0  # the delayed recipe's FP8 copy
+        norm_out = up = 0
         if m.kv_lora_rank:
             latent_q, latent_kv, rope = m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
-            down = 2 * h if self.job.dtype == "fp8" else e * h  # the norm output, to both down projections
-            outside = self._norm(down) + dropout
+            norm_out = 2 * h if self.job.dtype == "fp8" else e * h  # the norm output, to both down projections
+            outside = self._norm(norm_out) + dropout
             outside += (e * latent_q + q * latent_q + self.stats) if latent_q else 0
             outside += e * (latent_kv + rope) + q * latent_kv + self.stats
-            inside = e * heads * (2 * (m.qk_nope_head_dim + rope) + m.v_head_dim) + e * a.o_width + fp8_proj
+            up = e * heads * (2 * (m.qk_nope_head_dim + rope) + m.v_head_dim)
+            inside = up + e * a.o_width + fp8_proj
         else:
             outside = self._norm(q * h) + dropout
             inside = e * (a.q_width + 2 * a.k_width) + e * a.o_width + fp8_proj
@@ -122,7 +124,7 @@ class Activations:
             if m.qk_norm:
                 inside += e * a.q_width + 4 * (heads + kv_heads)
         core = 4 * heads if self.job.flash_attention else 0
-        return outside, inside, core
+        return {"outside": outside, "inside": inside, "core": core, "norm_out": norm_out, "up": up}
 
     def unfused_scores(self, c: ConfigArrays) -> np.ndarray:
         """Bytes of unfused attention's scores on one rank (all heads, before ``tp``):
@@ -136,44 +138,65 @@ class Activations:
     def gated(self) -> int:
         return 2 if self.model.mlp == "swiglu" else 1
 
-    def mlp(self, width: int) -> float:
+    def mlp(self, width: int) -> int:
         """Per token, inside: an MLP's intermediates (fc1 output and activation output)."""
         return self.e * self.gated() * width + self.q * width
 
-    def dense_mlp(self) -> tuple[float, float]:
-        """Per token: (outside, inside) bytes of a dense MLP half."""
-        dropout = self.model.hidden if self.model.dropout else 0
-        return self._norm(self.q * self.model.hidden) + dropout, self.mlp(self.model.ffn_hidden)
+    def dense_mlp(self) -> dict[str, int]:
+        """Per token, a dense MLP half: what ``mlp`` recomputation keeps (its input and the
+        dropout mask after it, outside) and drops (the norm's statistics and output,
+        outside; the intermediates, inside)."""
+        h = self.model.hidden
+        return {"keep_out": self.e * h + (h if self.model.dropout else 0), "drop_out": self.stats + self.q * h,
+                "drop_in": self.mlp(self.model.ffn_hidden)}
 
-    def moe(self) -> tuple[float, float, float]:
-        """Per token: (outside, inside) bytes of a MoE half, and per routed token on the
-        expert rank."""
+    def moe(self) -> dict[str, int]:
+        """Per token, a MoE half: the pre-MLP norm's input, statistics and the dropout mask
+        (``keep``), its output (``norm_out``: the MoE input, dropped by ``layernorm``), the
+        router's fp32 logits and scores (``router``), the shared experts' intermediates
+        (``shared``, inside); per routed token on the expert rank the activation output
+        (``act``, dropped by ``moe_act``) and the rest (fc1 input and output, probability)."""
         m, e, h = self.model, self.e, self.model.hidden
         shared = m.num_shared_experts * m.moe_ffn_hidden
         fp8_shared = h if shared and self.job.dtype == "fp8" else 0
-        outside = self._norm(e * h + fp8_shared) + 2 * 4 * m.num_experts + (h if m.dropout else 0)
-        inside = self.mlp(shared) if shared else 0
-        routed = self.q * h + self.mlp(m.moe_ffn_hidden) + 4
-        return outside, inside, routed
+        f, q = m.moe_ffn_hidden, self.q
+        return {"keep": e * h + self.stats + (h if m.dropout else 0), "norm_out": e * h + fp8_shared,
+                "router": 2 * 4 * m.num_experts, "shared": self.mlp(shared) if shared else 0,
+                "act": q * f, "routed": q * h + e * self.gated() * f + 4}
 
     # -- nodes --------------------------------------------------------------------------
 
-    def block(self, c: ConfigArrays, moe: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(kept without recomputation, the attention core's part, the block input) in
-        bytes of one micro-batch, per configuration."""
+    def block_parts(self, c: ConfigArrays, moe: bool) -> dict[str, np.ndarray]:
+        """A block's bytes of one micro-batch, per configuration, in parts: ``keep``
+        (what no selective module drops), ``core``, ``norm_out``, ``up``, ``mlp``, ``act``,
+        ``moe`` (the MoE layer's but ``act``: what those recomputations drop, :data:`DROPS`),
+        and ``input`` (what full recomputation keeps); the block keeps the sum of all but
+        ``input`` without recomputation."""
         m = self.model
         n, rep, t = self.tokens(c), self.outside(c), c.tp
-        outside, inside, core = self.attention()
+        attention = self.attention()
+        core = n * attention["core"] // t if self.job.flash_attention else self.unfused_scores(c) // t
+        keep_out = attention["outside"] - attention["norm_out"]
+        keep_in = attention["inside"] - attention["up"]
+        parts = {"core": core, "norm_out": n * attention["norm_out"] // rep, "up": n * attention["up"] // t}
+        zero = np.zeros(len(c), dtype=np.int64)
         if moe:
-            out_mlp, in_mlp, routed = self.moe()
+            e = self.moe()
             padded = n / rep * m.experts_per_token * max(1.0, m.capacity_factor)
-            expert = np.ceil(padded * routed).astype(np.int64)
+            keep_out += e["keep"]
+            parts["norm_out"] = parts["norm_out"] + n * e["norm_out"] // rep
+            parts["act"] = np.ceil(padded * e["act"]).astype(np.int64)
+            parts["moe"] = (n * e["router"] // rep + n * e["shared"] // t
+                            + np.ceil(padded * e["routed"]).astype(np.int64))  # without ``act``
+            parts["mlp"] = zero
         else:
-            out_mlp, in_mlp = self.dense_mlp()
-            expert = 0
-        core_bytes = n * core // t if self.job.flash_attention else self.unfused_scores(c) // t
-        full = (n * (outside + out_mlp)) // rep + (n * (inside + in_mlp)) // t + core_bytes + expert
-        return full.astype(np.int64), np.asarray(core_bytes, dtype=np.int64), self.e * n * m.hidden // rep
+            d = self.dense_mlp()
+            keep_out += d["keep_out"]
+            parts["mlp"] = n * d["drop_out"] // rep + n * d["drop_in"] // t
+            parts["act"] = parts["moe"] = zero
+        parts["keep"] = n * keep_out // rep + n * keep_in // t
+        parts["input"] = self.e * n * m.hidden // rep
+        return {k: np.broadcast_to(np.asarray(v, dtype=np.int64), (len(c),)) for k, v in parts.items()}
 
     def embedding(self, c: ConfigArrays) -> np.ndarray:
         """Bytes the embedding keeps: the token ids, and its dropout mask."""
@@ -189,8 +212,29 @@ class Activations:
 
     def kept(self, c: ConfigArrays, moe: bool) -> tuple[np.ndarray, np.ndarray]:
         """(kept until the backward, transient while recomputing) of a block under each
-        configuration's recomputation."""
-        full_bytes, core_bytes, block_input = self.block(c, moe)
-        full, selective = c.recompute == FULL, c.recompute == SELECTIVE
-        kept = np.where(full, block_input, np.where(selective, full_bytes - core_bytes, full_bytes))
-        return kept, np.where(c.recompute != RECOMPUTE_MODES.index("none"), full_bytes, 0)
+        configuration's recomputation: full keeps the input; a module set drops its
+        modules' parts (:data:`DROPS`), which it rematerialises one block at a time."""
+        parts = self.block_parts(c, moe)
+        whole = sum(parts[k] for k in ("keep", *PARTS))
+        kept, transient = whole.copy(), np.zeros(len(c), dtype=np.int64)
+        for index, mode in enumerate(RECOMPUTE_MODES):
+            rows = c.recompute == index
+            if not rows.any() or mode == "none":
+                continue
+            if mode == "full":
+                kept = np.where(rows, parts["input"], kept)
+                transient = np.where(rows, whole, transient)
+                continue
+            dropped = sum(parts[part] for module in recompute_modules(mode) for part in DROPS[module])
+            kept = np.where(rows, whole - dropped, kept)
+            transient = np.where(rows, dropped, transient)
+        return kept, transient
+
+
+PARTS = ("core", "norm_out", "up", "mlp", "act", "moe")
+"""The parts of a block's activations recomputation modules drop."""
+
+DROPS = {"core_attn": ("core",), "layernorm": ("norm_out",), "mla_up_proj": ("up",), "mlp": ("mlp",),
+         "moe_act": ("act",), "moe": ("moe", "act")}
+"""The parts (:meth:`Activations.block_parts`) each Megatron recomputation module drops
+(``moe`` keeps only the MoE layer's input: the norm output)."""

@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import SpecError
-from ..parallel import RECOMPUTE_MODES, ConfigArrays
+from ..parallel import RECOMPUTE_MODES, ConfigArrays, recompute_modules
 from ..specs import JobSpec, ModelSpec
 from .activations import Activations
 from .compute import KernelModel
@@ -44,7 +44,8 @@ from .model import BLOCK, EMBEDDING, MOE, AttentionShape, attention_shape, node_
 
 COST_FIELDS = ("fwd_s", "bwd_s", "recompute_s", "compute_s", "core_fwd_s", "core_bwd_s",
                "cp_fwd_bytes", "cp_bwd_bytes", "cp_steps_fwd", "cp_steps_bwd", "params_dense",
-               "params_expert", "act_bytes", "out_bytes", "transient_bytes")
+               "params_expert", "act_bytes", "out_bytes", "transient_bytes", "recompute_tp_share",
+               "recompute_ep_share")
 """One column per configuration: what the planner reads of a node.
 
 ``fwd_s``, ``bwd_s``, ``recompute_s`` (``compute_s`` their sum): kernel seconds of one
@@ -54,7 +55,12 @@ backward) and ``cp_steps_*`` the ring steps (a full recomputation repeats the fo
 ``params_*``: parameters held per device (dense and routed-expert); ``act_bytes``: bytes
 kept per micro-batch from forward to backward; ``out_bytes``: the node's output (what a
 pipeline boundary sends); ``transient_bytes``: the largest buffer a recomputing node
-needs while it runs."""
+needs while it runs; ``recompute_*_share``: the share of the node's tensor- and
+expert-parallel collectives its recomputation issues (the rest split evenly between its
+forward and backward)."""
+
+SHARE_FIELDS = ("recompute_tp_share", "recompute_ep_share")
+"""Cost fields a source may leave out (0: its recomputation issues no collectives)."""
 
 OP_FIELDS = ("tp_count", "tp_bytes", "ep_count", "ep_bytes")
 """``[configuration, slot]`` columns: the ``(count, bytes)`` of the node's tensor-parallel
@@ -75,6 +81,7 @@ def cost_columns(size: int, values: dict) -> dict[str, np.ndarray]:
     with the dtypes the planner expects."""
     column = lambda value, dtype=np.float64: np.ascontiguousarray(  # noqa: E731
         np.broadcast_to(np.asarray(value), (size,)), dtype=dtype)
+    values = {**dict.fromkeys(SHARE_FIELDS, 0.0), **values}
     out = {name: column(values[name], np.int64 if name in INT_FIELDS else np.float64) for name in COST_FIELDS}
     for name in OP_FIELDS:
         slots = np.asarray(values[name], dtype=np.float64)
@@ -211,7 +218,8 @@ class NodeCostModel:
         return gemm, k.stream(act, kernels=1)
 
     def _moe(self, c):
-        """(GEMM, element-wise, tokens routed by this rank) of a MoE layer."""
+        """(GEMM, element-wise, tokens routed by this rank, the experts' activation) of a
+        MoE layer."""
         m, k, e, t = self.model, self.k, self.e, c.tp
         n = self._tokens(c)
         local = _where(c.sp, n / t, n)  # tokens this rank routes (sequence-parallel share)
@@ -220,23 +228,33 @@ class NodeCostModel:
         experts_here = m.num_experts / c.ep
         gemm, _ = self._mlp(m.moe_ffn_hidden, padded / experts_here, 1)
         gemm = gemm * experts_here
-        elementwise = k.stream(3 * padded * m.moe_ffn_hidden * e, kernels=experts_here.astype(np.int64))
+        activation = k.stream(3 * padded * m.moe_ffn_hidden * e, kernels=experts_here.astype(np.int64))
+        elementwise = activation
         gemm = gemm + k.bmm(local, m.num_experts, m.hidden, 1)  # router (16-bit, never FP8)
         elementwise = elementwise + k.stream(4 * routed * m.hidden * e, kernels=4)  # permute / unpermute
         if m.num_shared_experts:
             g, el = self._mlp(m.num_shared_experts * m.moe_ffn_hidden, n, t)
             gemm, elementwise = gemm + g, elementwise + el
-        return gemm, elementwise, routed
+        return gemm, elementwise, routed, activation
+
+    def _up_projections(self, c):
+        """Latent attention's up projections (q and kv latents to the heads)."""
+        m, n, t = self.model, self._tokens(c), c.tp
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        up = self.k.gemm(n, m.num_heads * (m.qk_nope_head_dim + m.v_head_dim) / t, m.kv_lora_rank)
+        return up + self.k.gemm(n, m.num_heads * qk / t, m.q_lora_rank or m.hidden)
 
     def _block(self, c, moe):
         gemm, elementwise, core, core_bwd = self._attention(c)
+        m = self.model
         tp_fwd = 1  # after attention
         routed = 0.0
+        activation = 0.0
         if moe:
-            g, el, routed = self._moe(c)
-            tp_fwd += 1 if self.model.num_shared_experts else 0
+            g, el, routed, activation = self._moe(c)
+            tp_fwd += 1 if m.num_shared_experts else 0
         else:
-            g, el = self._mlp(self.model.ffn_hidden, self._tokens(c), c.tp)
+            g, el = self._mlp(m.ffn_hidden, self._tokens(c), c.tp)
             tp_fwd += 1
         hidden_bytes = self._hidden_bytes(c)
         el = el + self.k.stream(5 * hidden_bytes / self._replicated(c), kernels=3)  # norm, residual
@@ -245,24 +263,42 @@ class NodeCostModel:
         bwd = 2 * gemm + 2 * elementwise + core_bwd
         kept, transient = self.acts.kept(c, moe)
         full = c.recompute == RECOMPUTE_MODES.index("full")
-        selective = c.recompute == RECOMPUTE_MODES.index("selective")
-        passes = _where(full, 3, 2)  # a full recomputation repeats the forward's collectives
+        # each recomputed module's forward: its kernel time and the collectives it repeats
+        # (a dense MLP its TP pair; a MoE layer its shared experts' and the dispatch and
+        # combine all-to-alls)
+        norm = self.k.stream(2 * hidden_bytes / self._replicated(c), kernels=1)
+        module_s = {"core_attn": core, "mlp": 0.0 if moe else g + el, "moe_act": activation,
+                    "layernorm": norm if (moe or m.kv_lora_rank) else 0.0, "moe": g + el if moe else 0.0,
+                    "mla_up_proj": self._up_projections(c) if m.kv_lora_rank else 0.0}
+        module_tp = {"mlp": 0 if moe else 1, "moe": 1 if moe and m.num_shared_experts else 0}
+        module_ep = {"moe": 2 if moe else 0}
+        recompute_s, extra_tp, extra_ep = (np.zeros(len(c)) for _ in range(3))
+        for index, mode in enumerate(RECOMPUTE_MODES):
+            rows = c.recompute == index
+            if mode in ("none", "full") or not rows.any():
+                continue
+            modules = recompute_modules(mode)
+            recompute_s = np.where(rows, sum(module_s[x] for x in modules), recompute_s)
+            extra_tp = np.where(rows, sum(module_tp.get(x, 0) for x in modules), extra_tp)
+            extra_ep = np.where(rows, sum(module_ep.get(x, 0) for x in modules), extra_ep)
+        extra_tp, extra_ep = np.where(full, tp_fwd, extra_tp), np.where(full, 2, extra_ep)
         has_tp, has_ep = c.tp > 1, (c.ep > 1) & moe
         kv = self.job.seq_len // c.cp * c.micro_batch * (self.attn.k_width + self.attn.v_width)
         kv = kv * self.e / c.tp
         steps = c.cp - 1
         return {
-            "fwd_s": fwd, "bwd_s": bwd, "recompute_s": _where(full, fwd, _where(selective, core, 0.0)),
+            "fwd_s": fwd, "bwd_s": bwd, "recompute_s": _where(full, fwd, recompute_s),
             "core_fwd_s": core, "core_bwd_s": core_bwd,
-            "tp_count": np.stack(np.broadcast_arrays(_where(has_tp, tp_fwd * passes, 0), 0.0), axis=-1),
+            "tp_count": np.stack(np.broadcast_arrays(_where(has_tp, 2 * tp_fwd + extra_tp, 0), 0.0), axis=-1),
             "tp_bytes": np.stack(np.broadcast_arrays(_where(has_tp, hidden_bytes, 0), 0.0), axis=-1),
             "cp_fwd_bytes": kv, "cp_bwd_bytes": 2 * kv, "cp_steps_fwd": steps * _where(full, 2, 1),
             "cp_steps_bwd": steps,
-            "ep_count": _where(has_ep, 2 * passes, 0)[..., None],
+            "ep_count": _where(has_ep, 4 + extra_ep, 0)[..., None],
             "ep_bytes": np.asarray(_where(has_ep, routed * self.model.hidden * self.e, 0.0))[..., None],
             "act_bytes": kept,
             "out_bytes": hidden_bytes // self._replicated(c),
             "transient_bytes": transient,
+            "recompute_tp_share": extra_tp / (2 * tp_fwd + extra_tp), "recompute_ep_share": extra_ep / (4 + extra_ep),
         }
 
     # -- embedding and head ------------------------------------------------------------

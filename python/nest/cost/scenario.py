@@ -50,6 +50,9 @@ class AnalyticSource:
         return self._costs.model_flops(kind, configs)
 
 
+_SINGLE_TABLES = 4096  # one-configuration tables a Scenario keeps (a few KiB each)
+
+
 @dataclass
 class ConfigTable:
     """Node-kind costs of many layer configurations: ``cols[name][config, kind]``.
@@ -107,6 +110,9 @@ class Scenario:
         # embedding, the output layer or measured layers)
         analytic = isinstance(self.source, AnalyticSource)
         self.gemm_kinds = np.array([analytic and k in (BLOCK, MOE) for k in self.kind_list], dtype=bool)
+        # one-configuration tables by configuration: polishing and timing single candidates
+        # price the same few configurations hundreds of times
+        self._single_tables: dict[LayerConfig, ConfigTable] = {}
 
     @property
     def num_nodes(self) -> int:
@@ -136,4 +142,11 @@ class Scenario:
     def batch(self, cands: Sequence[Candidate]) -> tuple[ConfigTable, CandidateArrays]:
         """The configuration table of ``cands`` and the candidates as columns into it."""
         configs, arrays = CandidateArrays.of(cands)
-        return self.config_table(configs), arrays
+        if len(configs) != 1:
+            return self.config_table(configs), arrays
+        table = self._single_tables.get(configs[0])
+        if table is None:
+            if len(self._single_tables) >= _SINGLE_TABLES:
+                self._single_tables.clear()
+            table = self._single_tables[configs[0]] = self.config_table(configs)
+        return table, arrays

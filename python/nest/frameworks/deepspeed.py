@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 from ..errors import SpecError
 from ..parallel import DEFAULT_ORDER, RECOMPUTE_MODES, SpaceLimits
 from ..specs import JobSpec, ModelSpec
@@ -42,8 +44,7 @@ from .base import Framework, Rule, default_state, narrowed, same_layout
 from .plan_reader import PlanReader
 
 _V = "DeepSpeed v0.19.5"
-_FULL = RECOMPUTE_MODES.index("full")
-_SELECTIVE = RECOMPUTE_MODES.index("selective")
+_WHOLE_LAYERS = [RECOMPUTE_MODES.index("none"), RECOMPUTE_MODES.index("full")]
 
 RULES = (
     Rule("zero-with-pipeline",
@@ -58,9 +59,9 @@ RULES = (
          lambda m, j, cand: "vp=1"),
     Rule("no-selective-recompute",
          "activation checkpointing recomputes whole layers (PipelineModule activation_checkpoint_interval, "
-         "deepspeed.checkpointing.checkpoint); there is no selective recomputation",
+         "deepspeed.checkpointing.checkpoint); there is no selective or module recomputation",
          f"{_V} deepspeed/runtime/pipe/module.py PipelineModule.forward",
-         lambda m, j, c: c.recompute != _SELECTIVE,
+         lambda m, j, c: np.isin(c.recompute, _WHOLE_LAYERS),
          lambda m, j, cand: "recompute=full"),
     Rule("no-sequence-parallel",
          "DeepSpeed's tensor parallelism (AutoTP, or the model's own with a PipelineModule) does not shard "

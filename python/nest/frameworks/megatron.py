@@ -24,8 +24,10 @@ What the plan's settings become:
   ``microbatch_group_size_per_vp_stage = pp``): nest's own interleaved schedule requires
   the same of every candidate, so it needs no rule here.
 * Recomputation: selective is ``--recompute-granularity selective`` (its default module
-  ``core_attn``: the attention core); full is ``--recompute-granularity full
-  --recompute-method uniform --recompute-num-layers 1`` (every layer keeps only its input).
+  ``core_attn``: the attention core), a module set ``--recompute-granularity selective
+  --recompute-modules ...`` (``moe_act`` needs the grouped GEMM nest emits); full is
+  ``--recompute-granularity full --recompute-method uniform --recompute-num-layers 1``
+  (every layer keeps only its input).
 * The rank order ``tp-cp-ep-dp-pp`` is Megatron's default, ``tp-cp-ep-pp-dp`` is
   ``--use-tp-pp-dp-mapping`` (``megatron/training/initialize.py _initialize_distributed``);
   experts fold into the data-parallel ranks with ``--expert-tensor-parallel-size 1``.
@@ -42,7 +44,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import SpecError
-from ..parallel import DEFAULT_ORDER, RECOMPUTE_MODES, SpaceLimits
+from ..parallel import DEFAULT_ORDER, RECOMPUTE_MODES, SpaceLimits, recompute_modules
 from ..specs import JobSpec, ModelSpec
 from .base import Columns, Framework, Rule, expressed_order, narrowed, same_layout
 from .plan_reader import PlanReader
@@ -178,7 +180,10 @@ class Megatron(Framework):
         if p.pp > 1:
             add("--pipeline-model-parallel-layout", "|".join(p.stage_codes()))
         if p.recompute == "selective":
+            add("--recompute-granularity", "selective")  # its default module, core_attn
+        elif p.recompute not in ("none", "full"):
             add("--recompute-granularity", "selective")
+            add("--recompute-modules", " ".join(sorted(recompute_modules(p.recompute))))
         elif p.recompute == "full":
             add("--recompute-granularity", "full")
             add("--recompute-method", "uniform")

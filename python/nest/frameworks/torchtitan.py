@@ -45,7 +45,7 @@ from .base import Framework, Rule, default_state, narrowed, same_layout
 from .plan_reader import PlanReader
 
 _V = "torchtitan 0.3.0"
-_SELECTIVE = RECOMPUTE_MODES.index("selective")
+_WHOLE_LAYERS = [RECOMPUTE_MODES.index("none"), RECOMPUTE_MODES.index("full")]
 
 _DECODER = dict(mlp="swiglu", norm="rmsnorm", bias=False, tied_embeddings=False, position_embedding="rope",
                 encoder_head=False, causal=True, moe_layer_interval=1)
@@ -173,9 +173,10 @@ RULES = (
          lambda m, j, c: c.sp == (c.tp > 1),
          lambda m, j, cand: f"sp={cand.cfg.tp > 1}"),
     Rule("no-selective-recompute",
-         "selective activation checkpointing saves chosen operators, not nest's attention-core recomputation",
+         "selective activation checkpointing saves chosen operators, not nest's attention-core or module "
+         "recomputation",
          f"{_V} torchtitan/distributed/activation_checkpoint.py SelectiveAC",
-         lambda m, j, c: c.recompute != _SELECTIVE,
+         lambda m, j, c: np.isin(c.recompute, _WHOLE_LAYERS),
          lambda m, j, cand: "recompute=full"),
     Rule("sequence-divisor",
          "the sequence length is a multiple of tp (sequence parallel) x 2 cp (context parallel)",

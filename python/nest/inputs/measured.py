@@ -20,7 +20,7 @@ import numpy as np
 
 from ..cost.nodes import cost_columns
 from ..errors import SpecError
-from ..parallel import RECOMPUTE_MODES, ConfigArrays, SpaceLimits
+from ..parallel import CLASSIC_RECOMPUTE, RECOMPUTE_MODES, ConfigArrays, SpaceLimits
 from ..specs import ModelSpec
 from .nest_instance import NestInstance, load_instance
 from .profiles import MeasuredCost, MeasuredProfile
@@ -74,8 +74,10 @@ class MeasuredSource:
         return np.array([self._measured(configs, i)[node].model_flops for i in range(len(configs))], dtype=np.float64)
 
     def limits(self, **fixed) -> SpaceLimits:
-        """The search space a profile supports: its TP degrees, cp = ep = 1, no SP split."""
-        values = {"tp": tuple(self.profile.tp_degrees), "cp": (1,), "ep": (1,), "sp": (False,)}
+        """The search space a profile supports: its TP degrees, cp = ep = 1, no SP split,
+        the classic recomputation modes (a profile measures no modules)."""
+        values = {"tp": tuple(self.profile.tp_degrees), "cp": (1,), "ep": (1,), "sp": (False,),
+                  "recompute": CLASSIC_RECOMPUTE}
         values.update(fixed)
         return SpaceLimits(**values)
 

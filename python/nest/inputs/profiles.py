@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpecError, mappings, non_empty_list, reject_unknown_keys, short_repr
-from ..parallel import RECOMPUTE_MODES
+from ..parallel import CLASSIC_RECOMPUTE
 
 REQUIRED = ("name", "forward_s", "backward_s", "param_bytes", "activation_bytes", "output_bytes")
 OPTIONAL = ("flops", "selective_recompute_s", "selective_activation_bytes")
@@ -280,8 +280,9 @@ class MeasuredProfile:
         parameter in the measured run, e.g. 2 for bf16 weights).
         """
         _positive_int(dtype_bytes_param, "dtype_bytes_param")
-        if recompute not in RECOMPUTE_MODES:
-            raise SpecError(f"recompute = {short_repr(recompute)}: must be one of {', '.join(RECOMPUTE_MODES)}")
+        if recompute not in CLASSIC_RECOMPUTE:
+            raise SpecError(f"recompute = {short_repr(recompute)}: a measured profile has "
+                            f"{', '.join(CLASSIC_RECOMPUTE)}")
         measured, scale = self.measurement(tp, micro_batch)
         costs, previous_out = [], 0.0
         for node in measured.nodes:

@@ -5,8 +5,9 @@
   backward. Their durations are the sums over the stage's nodes of the kernel times and
   the exposed collectives of :func:`nest.cost.pricing.kind_times` (tensor, context and
   expert parallel, ZeRO-2/3 traffic), apportioned to the pass that issues them: a block's
-  tensor- and expert-parallel collectives are one per pass (forward, recompute,
-  backward), ring attention's forward excess and ZeRO-3's forward gather excess go to
+  tensor- and expert-parallel collectives are one per pass (forward, backward, and the
+  share its recomputation repeats: all of them for a full recomputation, a dense MLP's
+  pair or a MoE layer's all-to-alls for module recomputation), ring attention's forward excess and ZeRO-3's forward gather excess go to
   the forward, the rest to the backward. After its forward a stage sends the output of
   its last node to the next stage, after its backward the gradient of its input to the
   previous one, on the boundary the pair of pipeline ranks crosses
@@ -130,15 +131,16 @@ def kind_tasks(priced: Priced) -> np.ndarray:
     col = priced.col
     block = np.array([kind in (BLOCK, MOE) for kind in scn.kind_list])[None, :]
     full = (priced.table.arrays.recompute[priced.cands.config] == RECOMPUTE_MODES.index("full"))[:, None]
-    split = full & block  # a full recomputation repeats the forward's collectives
-    passes = np.where(split, 3, 2)
-    collective = t.tp + t.ep  # one share per pass
+    split = full & block  # a full recomputation repeats the forward's ring attention
+    # the recomputation's share of the node's collectives (recompute_*_share), the rest
+    # split evenly between the forward and the backward
+    tp_share, ep_share = col("recompute_tp_share"), col("recompute_ep_share")
+    recomputed = t.tp * tp_share + t.ep * ep_share
     cp_forward = np.minimum(t.cp_forward, t.cp)
     z_forward = np.minimum(t.dp_forward, t.dp)
     z_recompute = np.minimum(t.dp_recompute, np.maximum(0.0, t.dp - z_forward))
-    f_comm = collective / passes + np.where(split, cp_forward / 2, cp_forward) + z_forward
-    r_comm = np.where(col("recompute_s") > 0, np.where(split, collective / passes + cp_forward / 2, 0.0) + z_recompute,
-                      0.0)
+    f_comm = (t.tp + t.ep - recomputed) / 2 + np.where(split, cp_forward / 2, cp_forward) + z_forward
+    r_comm = np.where(col("recompute_s") > 0, recomputed + np.where(split, cp_forward / 2, 0.0) + z_recompute, 0.0)
     f = col("fwd_s") + f_comm
     r = col("recompute_s") + r_comm
     b = t.total - f - r  # everything else belongs to the backward

@@ -18,13 +18,13 @@ from ..dp.problem import INF
 from ..dp.reference import stage_details
 from ..errors import InfeasibleError, RuleError, SpecError
 from ..frameworks import framework
-from ..parallel import RECOMPUTE_MODES, Candidate, SpaceLimits
+from ..parallel import RECOMPUTE_LADDER, Candidate, SpaceLimits
 from ..presets.clusters import CLUSTERS, GRAPH_CLUSTERS
 from ..specs import ClusterSpec
 from ..units import GiB
 from .floors import memory_bound
 from .problems import ends_of, problem
-from .space import Partials, enumerate_partials, expand, expand_arrays
+from .space import Partials, enumerate_partials, expand, expand_arrays, model_recompute_modes
 
 
 def memory_message(scn: Scenario, partials: Partials, memory, limits: SpaceLimits,
@@ -309,9 +309,10 @@ def _single_changes(scn: Scenario, cand: Candidate, fixed_split: bool) -> list[l
     kinds = []
     if cand.dp * cfg.cp > 1:
         kinds.append([(f"zero={z}", replace(cand, zero=z), True) for z in range(cand.zero + 1, 4)])
+    model_modes = model_recompute_modes(scn.model)
+    stronger = RECOMPUTE_LADDER[RECOMPUTE_LADDER.index(cfg.recompute) + 1:]
     kinds.append([(f"recompute={r}", replace(cand, cfg=replace(cfg, recompute=r)), True)
-                  for r in RECOMPUTE_MODES[RECOMPUTE_MODES.index(cfg.recompute):]
-                  if r != cfg.recompute])
+                  for r in stronger if r in model_modes])
     kinds.append([(f"micro_batch={mb}", replace(cand, cfg=replace(cfg, micro_batch=mb)), True)
                   for mb in range(cfg.micro_batch - 1, 0, -1) if cfg.micro_batch % mb == 0])
     if not fixed_split:

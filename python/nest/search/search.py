@@ -54,7 +54,8 @@ the DP's result does not depend on the thread count: the search is deterministic
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import bisect
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -94,7 +95,9 @@ class SearchOutcome:
 
     ``evaluated``: candidates the stage DP solved; ``total``: candidates priced exactly
     (tables built); ``bounded``: full candidates given a lower bound; ``partials``:
-    partial candidates enumerated.
+    partial candidates enumerated; ``runners_up``: with the schedule ranking, the best
+    other timed pipelines (at most :data:`FINALISTS` - 1, best first), which polishing
+    may still lift above the winner.
     """
 
     candidate: Candidate
@@ -106,6 +109,7 @@ class SearchOutcome:
     bounded: int = 0
     partials: int = 0
     ends: list[int] | None = None  # the split, when the framework's splits replace the DP's
+    runners_up: list[SearchOutcome] = field(default_factory=list)
 
     def split(self) -> list[int]:
         """The winning split's stage ends."""
@@ -148,6 +152,8 @@ class _Search:
         self.score = INF
         self.key: tuple | None = None
         self.best: SearchOutcome | None = None
+        # the best FINALISTS - 1 pipelined candidates, by (score, closed form, key)
+        self.finalists: list[tuple[tuple, SearchOutcome]] = []
         self.evaluated = self.priced = self.bounded = 0
         self.ranking = ranking  # None: by the closed form
         self.closed_form = INF  # the incumbent's
@@ -242,13 +248,23 @@ class _Search:
             else:
                 tasks = tasks or BatchTasks.of(priced)
                 score = self._layers_ps(tasks, int(kept[n]), np.diff([0] + ends_of(problem, result, n)).tolist())
-            if (score, closed_form, key) < (self.score, self.closed_form, self.key or ()):
-                layers = np.diff([0] + (ends if ends is not None else ends_of(problem, result, n))).tolist()
-                if not fits(priced, int(kept[n]), layers):
-                    continue  # the DP's check passed, the exact peak of its split does not fit
-                self.score, self.closed_form, self.key = score, closed_form, key
-                self.best = SearchOutcome(cands.candidate(self.table.configs, n), problem, result, n, 0, 0,
-                                          ends=ends)
+            rank = (score, closed_form, key)
+            wins = rank < (self.score, self.closed_form, self.key or ())
+            # a runner-up is a split polishing may move: a pipeline the DP split
+            polishable = self.ranking is not None and ends is None and cands.pp[n] > 1
+            if not wins and not (polishable and (len(self.finalists) < FINALISTS - 1
+                                                 or rank < self.finalists[-1][0])):
+                continue
+            layers = np.diff([0] + (ends if ends is not None else ends_of(problem, result, n))).tolist()
+            if not fits(priced, int(kept[n]), layers):
+                continue  # the DP's check passed, the exact peak of its split does not fit
+            outcome = SearchOutcome(cands.candidate(self.table.configs, n), problem, result, n, 0, 0, ends=ends)
+            if polishable:
+                bisect.insort(self.finalists, (rank, outcome), key=lambda entry: entry[0])
+                del self.finalists[FINALISTS - 1:]
+            if wins:
+                self.score, self.closed_form, self.key = rank
+                self.best = outcome
 
     def _may_win(self, closed_form, vp) -> np.ndarray:
         """Whether a split with this closed form may still beat the incumbent: its closed
@@ -266,6 +282,11 @@ class _Search:
             return int(round(batch_timing(tasks, row, layers, "python").step_s * PS))
         return int(round(batch_step_s(tasks, row, layers) * PS))
 
+
+FINALISTS = 4
+"""With the schedule ranking, the planner polishes the winner and the best timed
+pipelines up to this many in all: polishing moves a split by a few percent, so the
+fastest polished plan is not always the fastest before polishing."""
 
 KEEP = 1 << 16
 """Partials kept from the first pass (at least; those with the smallest lb1)."""
@@ -360,6 +381,7 @@ def search(scn: Scenario, limits: SpaceLimits = SpaceLimits(), engine: str = "cp
     best = state.best
     best.evaluated, best.total, best.bounded, best.partials = (state.evaluated, state.priced, state.bounded,
                                                                found.count)
+    best.runners_up = [outcome for _, outcome in state.finalists if outcome is not best]
     return best
 
 

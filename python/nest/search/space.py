@@ -40,6 +40,7 @@ from ..parallel import (
     LayerConfig,
     SpaceLimits,
     parse_order,
+    recompute_modes,
 )
 from ..specs import ClusterSpec, JobSpec, ModelSpec
 
@@ -114,6 +115,13 @@ def _tp_divides(model: ModelSpec, tp: int) -> bool:
             and (not model.is_moe or model.moe_ffn_hidden % tp == 0))
 
 
+def model_recompute_modes(model: ModelSpec) -> tuple[str, ...]:
+    """The recomputation modes that change something for ``model``
+    (:func:`~nest.parallel.recompute_modes`): its search's default."""
+    moe_blocks = sum(model.is_moe_block(i) for i in range(model.num_layers))
+    return recompute_modes(moe_blocks < model.num_layers, model.is_moe, bool(model.kv_lora_rank))
+
+
 def context_parallel_degrees(job: JobSpec, limit: int) -> list[int]:
     """Powers of two with at least MIN_CP_CHUNK tokens per rank and 2 cp equal chunks."""
     degrees, cp = [1], 2
@@ -155,7 +163,7 @@ class PartialSpace:
             check_tp(model, cluster, tp)
         cps = list(limits.cp) if limits.cp is not None else context_parallel_degrees(job, self.devices)
         eps = list(limits.ep) if limits.ep is not None else expert_parallel_degrees(model)
-        recomputes = tuple(limits.recompute or RECOMPUTE_MODES)
+        recomputes = tuple(limits.recompute or model_recompute_modes(model))
         batches = _allowed(divisors(job.global_batch), limits.micro_batch)
         n_rc, n_mb = len(recomputes), len(batches)
         self.stride_mbs = n_rc

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field, replace
 from ..errors import InfeasibleError, RuleError, SpecError
 from ..frameworks import framework
 from ..inputs.coerce import coerce_inputs
-from ..parallel import RANK_ORDERS, RECOMPUTE_MODES, SpaceLimits
+from ..parallel import CLASSIC_RECOMPUTE, RANK_ORDERS, SpaceLimits
 from ..planner import evaluate, plan
 from ..result import Plan
 from ..search.space import (
@@ -62,6 +62,7 @@ from ..search.space import (
     context_parallel_degrees,
     divisors,
     expert_parallel_degrees,
+    model_recompute_modes,
     tensor_parallel_degrees,
 )
 from ..specs import ClusterSpec, JobSpec, ModelSpec, Tier
@@ -194,7 +195,7 @@ def manual_config(model, cluster, job=None, *, source=None, limits: SpaceLimits 
                        + (broken[0] if broken else f"no ZeRO stage among {limits.zero}"))
         return None
 
-    recomputes = list(limits.recompute) if limits.recompute else list(RECOMPUTE_MODES)
+    recomputes = list(limits.recompute) if limits.recompute else list(CLASSIC_RECOMPUTE)
     # Depths that split the blocks evenly; practitioners also keep every device busy
     # (tp x pp divides the device count) when some depth allows it.
     depths = [p for p in divisors(layers) if p * min(tps) <= devices and p <= nodes]
@@ -327,7 +328,7 @@ class _Chain:
         self.cps = list(limits.cp) if limits.cp else context_parallel_degrees(job, self.devices)
         self.eps = list(limits.ep) if limits.ep else expert_parallel_degrees(model)
         self.vps = list(limits.vp) if limits.vp else list(VIRTUAL_STAGES)
-        self.recomputes = list(limits.recompute) if limits.recompute else list(RECOMPUTE_MODES)
+        self.recomputes = list(limits.recompute) if limits.recompute else list(model_recompute_modes(model))
         self.orders = list(limits.rank_order) if limits.rank_order else list(RANK_ORDERS)
         self.zeros = list(limits.zero) if limits.zero else [0, 1, 2, 3]
         self.batches = list(limits.micro_batch) if limits.micro_batch else divisors(job.global_batch)
