@@ -58,6 +58,7 @@ class Run:
     kind: str = ""  # what the peak measures
     calibrates: bool = True
     notes: str = ""
+    tokens_per_gpu_s: float | None = None  # the published throughput, where given
 
 
 RUNS = [
@@ -78,25 +79,33 @@ RUNS = [
         "(HybridEP production-shape benchmark, 2026-07-25)", MODELS["qwen3-30b-a3b"], 16, 4096, 1024,
         dict(tp=1, pp=1, dp=16, ep=16, micro_batch=1, sp=False, zero=1, recompute="none"),
         dict(overlap_grad_reduce=True), measured_GiB=62.166, kind="max allocated, rank 0",
-        notes="distributed optimizer assumed (Bridge's default); recomputation not stated (none assumed)"),
+        tokens_per_gpu_s=1024 * 4096 / 20.992 / 16,
+        notes="distributed optimizer assumed (Bridge's default); recomputation not stated (none assumed); "
+              "step 20.992 s (iterations 41-50) with the flex dispatcher (HybridEP), force-balanced routing, "
+              "EP communication overlap (overlap_moe_expert_parallel_comm) and CUDA graphs of the router"),
     Run("mb-l70b-sft-tp4pp4vp5", "Megatron-Bridge skills/nemo-mbridge-perf-memory-tuning card (PR #3107): "
         "Llama3-70B SFT, FP8-CS, 32 H100", MODELS["llama3-70b"], 32, 4096, 32,
         dict(tp=4, pp=4, vp=5, dp=2, micro_batch=1, sp=True, zero=1, recompute="selective"), FP8_CS,
         measured_GiB=59.0, kind="\"~59 gb\" (unit and statistic not stated)", calibrates=False,
         notes="ran only with expandable segments; 58.8 gb without them was an OOM"),
     Run("ps2511-h100-l3-70b", BRIDGE + " (25.11, H100 FP8-CS)", MODELS["llama3-70b"], 64, 8192, 128,
-        dict(tp=4, pp=8, vp=5, dp=2, micro_batch=1, sp=True, zero=1, recompute="none"), FP8_CS),
+        dict(tp=4, pp=8, vp=5, dp=2, micro_batch=1, sp=True, zero=1, recompute="none"), FP8_CS,
+        tokens_per_gpu_s=1602),
     Run("ps2511-h100-l31-405b", BRIDGE + " (25.11, H100 FP8-CS)", MODELS["llama3.1-405b"], 1024, 8192, 512,
-        dict(tp=8, pp=8, vp=8, cp=2, dp=8, micro_batch=1, sp=True, zero=1, recompute="none"), FP8_CS),
+        dict(tp=8, pp=8, vp=8, cp=2, dp=8, micro_batch=1, sp=True, zero=1, recompute="none"), FP8_CS,
+        tokens_per_gpu_s=292),
     Run("ps2511-h100-q3-235b", BRIDGE + " (25.11, H100 FP8-CS)", MODELS["qwen3-235b-a22b"], 256, 4096, 2048,
         dict(tp=2, pp=8, vp=4, dp=16, ep=32, micro_batch=1, sp=True, zero=1, recompute="none"), FP8_CS,
-        notes="expert TP 1"),
+        tokens_per_gpu_s=1575, notes="expert TP 1; the preset overlaps EP all-to-alls (moe_a2a_overlap); "
+                                     "force-balanced dropless routing"),
     Run("ps2509-h100-dsv3", BRIDGE + " (25.09, H100)", MODELS["deepseek-v3"], 1024, 4096, 8192,
         dict(tp=2, pp=8, vp=4, dp=64, ep=64, micro_batch=1, sp=True, zero=1, recompute="selective"), FP8_CS,
+        tokens_per_gpu_s=1297,
         notes="selective recomputation (mla_up_proj, mlp in the v0.2.0 preset; nest's selective is core "
-              "attention only); FP8-CS assumed"),
+              "attention only); FP8-CS assumed; DeepEP dispatcher and EP overlap in the v0.2.0 preset"),
     Run("ps2606-h100-l3-70b-sft", BRIDGE + " (26.06, H100 SFT)", MODELS["llama3-70b"], 32, 4096, 32,
-        dict(tp=4, pp=4, vp=5, dp=2, micro_batch=1, sp=True, zero=1, recompute="none"), FP8_CS),
+        dict(tp=4, pp=4, vp=5, dp=2, micro_batch=1, sp=True, zero=1, recompute="none"), FP8_CS,
+        tokens_per_gpu_s=1638),
     Run("issue-qwen3-30b-pp2vp24", "the published H100 FP8 run nest issue 17 quotes (PP2 VP24 EP8 MBS2)",
         MODELS["qwen3-30b-a3b"], 16, 4096, 256,
         dict(tp=1, pp=2, vp=24, dp=8, ep=8, micro_batch=2, sp=False, zero=1, recompute="none"), FP8_CS,
