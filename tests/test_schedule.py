@@ -153,8 +153,9 @@ def test_engines_report_the_same_step():
 @pytest.mark.slow
 def test_schedule_ranking_is_the_exhaustive_optimum():
     """bert-large on 64 h100-spineleaf GPUs: every one of the 22 146 candidates solved
-    without pruning and its DP split timed exactly; the fastest is nest's plan. It is not
-    the closed form's optimum (an interleaved plan instead of PP 1: the closed form
+    without pruning and its DP split timed exactly; the fastest is the search's winner,
+    and nest's plan (the finalists polished) is at least as fast. It is not the closed
+    form's optimum (an interleaved plan instead of PP 1: the closed form
     over-prices interleaved chunks)."""
     from nest.dp import engine as engine
     from nest.dp.problem import SOLVED
@@ -180,7 +181,13 @@ def test_schedule_ranking_is_the_exhaustive_optimum():
     closed_form = nest.plan("bert-large", cluster, ranking="closed-form")
     plan = nest.plan("bert-large", cluster)
     assert round(closed_form.closed_form_step_time_s * 1e12) == int(result.objective[solved].min())
-    assert plan.step_time_s == pytest.approx(min(steps), rel=1e-12)
+    from nest.search.problems import ends_of
+    from nest.search.search import search
+
+    found = search(scn)  # before polishing: the fastest DP split of all
+    split = np.diff([0] + ends_of(found.problem, found.result, found.local)).tolist()
+    assert candidate_step_s(scn, found.candidate, split) == pytest.approx(min(steps), rel=1e-12)
+    assert plan.step_time_s <= min(steps) * (1 + 1e-12)  # polishing the finalists only helps
     assert plan.step_time_s < closed_form.step_time_s * 0.98
     assert plan.parallelism["vp"] > 1 and closed_form.parallelism["pp"] == 1
 

@@ -12,8 +12,8 @@ Overlap assumptions (:func:`kind_times`): ring-attention transfers hide behind t
 attention core of the same pass; ZeRO-2 reduce-scatters a node's gradients during its
 backward and ZeRO-3 gathers its weights during the previous node's compute (prefetch), so
 only the excess over the node's own compute is exposed. TP and EP collectives are on the
-critical path (Megatron's defaults); with ``job.tp_comm_overlap`` the TP ones are exposed
-as :func:`tp_exposed`. The end-of-step sync (:func:`sync_columns`): ZeRO-0 all-reduces
+critical path (Megatron's defaults); with ``job.tp_comm_overlap`` the TP ones of groups
+inside one NVLink domain (the innermost tier) are exposed as :func:`tp_exposed`. The end-of-step sync (:func:`sync_columns`): ZeRO-0 all-reduces
 fp32 gradients; 1 reduce-scatters gradients and all-gathers the updated weights
 (Megatron's distributed optimizer); 2 has reduced gradients per micro-batch and
 all-gathers the weights; 3 does nothing (weights stay sharded). Dense weights sync over
@@ -98,8 +98,12 @@ def kind_times(scn: Scenario, table: ConfigTable, cands: CandidateArrays, terms:
     # sum(count * all_reduce(bytes)) over the operations, in order (count 0: none)
     tp = _slots_sum(col("tp_count") * (2 * reduce_scatter_s(slot(terms.tp[0]), slot(terms.tp[1]), col("tp_bytes"))))
     if job.tp_comm_overlap:
+        # Transformer Engine's userbuffers overlap only a TP group inside one NVLink
+        # domain (CUDA IPC / multicast handles; TransformerEngine issue #1071): a wider
+        # group's collectives stay exposed
         degree = one(table.arrays.tp[cands.config])
-        tp = np.where(degree > 1, tp_exposed(tp, degree, col("compute_s")), tp)
+        hidden = (degree > 1) & (degree <= scn.cluster.tiers[0].fanout)
+        tp = np.where(hidden, tp_exposed(tp, degree, col("compute_s")), tp)
     lat, per_byte = one(terms.cp_ring[0]), one(terms.cp_ring[1])
     cp_degree = one(table.arrays.cp[cands.config])
     steps_fwd, steps_bwd = col("cp_steps_fwd"), col("cp_steps_bwd")

@@ -100,7 +100,8 @@ class Partials:
 
 
 def tensor_parallel_degrees(model: ModelSpec, cluster: ClusterSpec) -> list[int]:
-    """Powers of two up to the innermost tier's size that divide the head counts."""
+    """Powers of two up to the innermost tier's size that divide the head counts (the
+    search's default; wider degrees only when ``SpaceLimits.tp`` names them)."""
     limit = cluster.tiers[0].fanout
     degrees, tp = [], 1
     while tp <= limit:
@@ -378,10 +379,12 @@ def expand_arrays(partials: Partials, index: np.ndarray, limits: SpaceLimits = S
 
 
 def check_tp(model: ModelSpec, cluster: ClusterSpec, tp: int) -> None:
-    """SpecError unless ``tp`` divides the model's heads and widths and fits a node."""
+    """SpecError unless ``tp`` divides the model's heads and widths and the cluster. A
+    degree wider than the innermost tier (one NVLink domain) is allowed when asked for:
+    its collectives are priced hierarchically on every tier the group crosses; the
+    default search stays inside the domain (:func:`tensor_parallel_degrees`)."""
     if not isinstance(tp, int) or tp < 1 or not _tp_divides(model, tp):
         raise SpecError(f"tp = {tp}: must divide num_heads ({model.num_heads}), num_kv_heads "
                         f"({model.num_kv_heads}) and the MLP widths")
-    if tp > cluster.tiers[0].fanout:
-        raise SpecError(f"tp = {tp}: tensor parallelism must stay within one '{cluster.tiers[0].name}' "
-                        f"group of {cluster.tiers[0].fanout} devices")
+    if tp > cluster.num_devices:
+        raise SpecError(f"tp = {tp}: the cluster has {cluster.num_devices} devices")
