@@ -118,7 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--mbs", type=_positive_int, help="micro-batch size")
     evaluate.add_argument("--baseline", help="with --nest-instance: cost one of the instance's "
                           "baselines (Manual, Phaze, MCMC)")
-    evaluate.add_argument("--recompute", default="none", choices=RECOMPUTE_MODES)
+    evaluate.add_argument("--recompute", default="none", choices=RECOMPUTE_MODES, metavar="MODE",
+                          help="activation recomputation: " + " | ".join(RECOMPUTE_MODES)
+                          + " (a comma joins Megatron recompute modules; default: none)")
     evaluate.add_argument("--sp", action=argparse.BooleanOptionalAction, default=False,
                           help="Megatron sequence parallelism")
     evaluate.add_argument("--distributed-optimizer", action=argparse.BooleanOptionalAction,
