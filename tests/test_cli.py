@@ -142,3 +142,24 @@ def test_network_nccl_prices_on_the_calibrated_tiers(capsys):
     assert main(["plan", "--model", "gpt-1.7b", "--cluster", "h100-fattree", "--devices", "64",
                  "--network", "nccl"]) == 2
     assert "network = nccl" in capsys.readouterr().err
+
+
+def test_options_are_never_abbreviated(capsys):
+    """``--tp`` on ``plan`` once read as ``--tp-comm-overlap`` (argparse's prefix
+    matching); every option must now be spelled out, on every subcommand."""
+    with pytest.raises(SystemExit) as exited:
+        main(["plan", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--devices", "64", "--tp"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == "nest: error: unrecognized arguments: --tp\n"
+    with pytest.raises(SystemExit) as exited:
+        main(["evaluate", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--devices", "64", "--tp", "1",
+              "--pp", "1", "--dp", "64", "--mbs", "1", "--simul"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == "nest: error: unrecognized arguments: --simul\n"
+
+
+def test_version():
+    import nest
+
+    code, out, err = run("--version")
+    assert (code, out, err) == (0, f"nest {nest.__version__}\n", "")

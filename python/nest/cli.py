@@ -6,6 +6,7 @@ Exit codes: 0 ok, 1 unexpected error, 2 bad input, 3 no feasible plan.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import sys
@@ -20,7 +21,12 @@ EXIT_OK, EXIT_UNEXPECTED, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with exit code 2 and a one-line message for usage errors."""
+    """argparse with exit code 2 and a one-line message for usage errors, and without
+    abbreviated options (``--tp`` must never be read as ``--tp-comm-overlap``)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):  # noqa: D401 - argparse API
         self.exit(EXIT_BAD_INPUT, f"nest: error: {message}\n")
@@ -99,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``nest`` command."""
     parser = _Parser(prog="nest", description="Network- and memory-aware planning of "
                      "distributed deep-learning training.")
+    parser.add_argument("--version", action="version", version=f"nest {importlib.metadata.version('nest-planner')}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     plan = sub.add_parser("plan", help="find the fastest plan that fits in memory")
     _add_scenario(plan)
