@@ -20,7 +20,15 @@ from typing import Callable
 import numpy as np
 
 from ..errors import RuleError, SpecError
-from ..parallel import RECOMPUTE_MODES, Candidate, CandidateArrays, ConfigArrays, SpaceLimits, parse_order
+from ..parallel import (
+    DEFAULT_ORDER,
+    RECOMPUTE_MODES,
+    Candidate,
+    CandidateArrays,
+    ConfigArrays,
+    SpaceLimits,
+    parse_order,
+)
 from ..specs import JobSpec, ModelSpec, OptimizerSpec
 from .plan_reader import PlanReader
 
@@ -81,6 +89,13 @@ class Rule:
     source: str
     admits: Callable[[ModelSpec, JobSpec, Columns], np.ndarray]
     fix: Callable[[ModelSpec, JobSpec, Candidate], str]
+
+    @staticmethod
+    def fixed_order(text: str, source: str) -> "Rule":
+        """The ``rank-order`` rule of a framework whose rank placement is fixed to nest's
+        default order."""
+        return Rule("rank-order", text, source, lambda m, j, c: same_layout(c, (DEFAULT_ORDER,)),
+                    lambda m, j, cand: f"rank_order={DEFAULT_ORDER}")
 
 
 class Framework:

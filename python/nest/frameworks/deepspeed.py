@@ -40,7 +40,7 @@ import numpy as np
 from ..errors import SpecError
 from ..parallel import DEFAULT_ORDER, RECOMPUTE_MODES, SpaceLimits
 from ..specs import JobSpec, ModelSpec
-from .base import Framework, Rule, default_state, narrowed, same_layout
+from .base import Framework, Rule, default_state, narrowed
 from .plan_reader import PlanReader
 
 _V = "DeepSpeed v0.19.5"
@@ -85,11 +85,8 @@ RULES = (
          f"{_V} deepspeed/runtime/engine.py DeepSpeedEngine._validate_zero3_moe_compatibility",
          lambda m, j, c: (c.zero <= 2) | (not m.is_moe),
          lambda m, j, cand: "zero=2"),
-    Rule("rank-order",
-         "ranks are placed pipe-data-model (tensor parallel innermost, pipeline outermost)",
-         f"{_V} deepspeed/runtime/pipe/topology.py PipeModelDataParallelTopology",
-         lambda m, j, c: same_layout(c, (DEFAULT_ORDER,)),
-         lambda m, j, cand: f"rank_order={DEFAULT_ORDER}"),
+    Rule.fixed_order("ranks are placed pipe-data-model (tensor parallel innermost, pipeline outermost)",
+                     f"{_V} deepspeed/runtime/pipe/topology.py PipeModelDataParallelTopology"),
     Rule("overlap-needs-zero",
          "gradient reduction overlaps the backward only in ZeRO (zero_optimization.overlap_comm)",
          f"{_V} deepspeed/runtime/zero/config.py DeepSpeedZeroConfig.overlap_comm",

@@ -41,7 +41,7 @@ import numpy as np
 from ..errors import SpecError
 from ..parallel import DEFAULT_ORDER, RECOMPUTE_MODES, SpaceLimits
 from ..specs import JobSpec, ModelSpec
-from .base import Framework, Rule, default_state, narrowed, same_layout
+from .base import Framework, Rule, default_state, narrowed
 from .plan_reader import PlanReader
 
 _V = "torchtitan 0.3.0"
@@ -144,11 +144,8 @@ def _splits(layers: int, pp: int, vp: int) -> tuple:
 
 
 RULES = (
-    Rule("rank-order",
-         "the device mesh is pp, dp_replicate, dp_shard, cp, tp (tensor parallel innermost)",
-         f"{_V} torchtitan/distributed/parallel_dims.py ParallelDims.build_mesh",
-         lambda m, j, c: same_layout(c, (DEFAULT_ORDER,)),
-         lambda m, j, cand: f"rank_order={DEFAULT_ORDER}"),
+    Rule.fixed_order("the device mesh is pp, dp_replicate, dp_shard, cp, tp (tensor parallel innermost)",
+                     f"{_V} torchtitan/distributed/parallel_dims.py ParallelDims.build_mesh"),
     Rule("fsdp",
          "data parallelism replicates (ZeRO-0) or shards with fully_shard (ZeRO-3, reshard after forward)",
          f"{_V} torchtitan/distributed/fsdp.py apply_fsdp_to_decoder",
