@@ -98,7 +98,7 @@ def _broken(fw, model, jobspec, cand) -> set[str]:
     """The rules ``cand`` breaks, one candidate at a time (not the search's mask); the
     check refuses it naming the first of them."""
     target = framework(fw)
-    columns = Columns.of_candidate(cand, jobspec)
+    columns = Columns.of_candidate(cand)
     broken = [r.name for r in target.rules if not r.admits(model, jobspec, columns)[0]]
     try:
         target.check(model, jobspec, cand)
@@ -242,7 +242,7 @@ def _columns(config: dict, jobspec: JobSpec):
                       config["recompute"], True, config.get("cp", 1), config.get("ep", 1))
     cand = Candidate(cfg, config["pp"], config["dp"], config.get("vp", 1), config.get("zero", 0),
                      config.get("rank_order", DEFAULT_ORDER))
-    return Columns.of_candidate(cand, jobspec)
+    return Columns.of_candidate(cand)
 
 
 def test_cli_evaluate_exits_2_with_the_rule(capsys):

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from .errors import InfeasibleError, SpecError
 from .parallel import DEFAULT_ORDER, RECOMPUTE_MODES, SpaceLimits
-from .specs import FRAMEWORKS
+from .specs import FRAMEWORKS, MOMENT_BYTES
 from .units import GiB
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
@@ -57,7 +57,7 @@ def _add_scenario(parser: argparse.ArgumentParser, device_list: bool = False) ->
                         help="a NEST artifact DP instance (its measured layers, network and job)")
     parser.add_argument("--profile", metavar="FILE",
                         help="measured layer profile (JSON/CSV) used instead of the analytic model")
-    parser.add_argument("--emit", choices=("megatron", "deepspeed", "torchtitan", "hostfile"),
+    parser.add_argument("--emit", choices=(*(f for f in FRAMEWORKS if f != "any"), "hostfile"),
                         help="print the plan as launch arguments/config for this framework (implies "
                              "--framework), or (hostfile) its rank -> host/GPU map as an Open MPI rankfile")
     parser.add_argument("--framework", choices=FRAMEWORKS,
@@ -78,7 +78,7 @@ def _add_scenario(parser: argparse.ArgumentParser, device_list: bool = False) ->
     parser.add_argument("--optimizer", default="adam", choices=("adam", "sgd"))
     parser.add_argument("--grad-dtype", default="fp32", choices=("fp32", "bf16"),
                         help="main gradients and their reduction (bf16: Megatron-LM's --grad-reduce-in-bf16)")
-    parser.add_argument("--optimizer-state-dtype", default="fp32", choices=("fp32", "bf16", "fp16", "fp8"),
+    parser.add_argument("--optimizer-state-dtype", default="fp32", choices=tuple(MOMENT_BYTES),
                         help="Adam's moments (not fp32: Megatron-Core's precision-aware optimizer, which also "
                              "keeps the master weights as 16-bit remainders)")
     parser.add_argument("--fp8-param-gather", action="store_true",

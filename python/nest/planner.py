@@ -27,11 +27,11 @@ from .parallel import DEFAULT_ORDER, RECOMPUTE_MODES, ZERO_STAGES, Candidate, La
 from .result import Plan, build_plan
 from .schedule.memory import device_memory, fits
 from .schedule.simulate import SimResult, simulate_candidate
-from .schedule.step import batch_step_s, candidate_step_s
+from .schedule.step import batch_step_s
 from .schedule.tasks import BatchTasks
 from .search import diagnose
 from .search.problems import ends_of, problem
-from .search.search import SearchOutcome, check_ranking, framework_split, polish_split, search
+from .search.search import SearchOutcome, check_ranking, framework_split, polish, polish_split, search
 from .search.space import check_tp, model_recompute_modes
 from .specs import ClusterSpec, JobSpec, ModelSpec
 
@@ -87,8 +87,7 @@ def _best_polished(scn: Scenario, finalists: list[SearchOutcome], engine: str) -
     split (the first on ties)."""
     best = None
     for outcome in finalists:
-        ends = polish_split(scn, outcome.candidate, outcome.problem, outcome.local, outcome.split(), engine)
-        seconds = candidate_step_s(scn, outcome.candidate, np.diff([0] + ends).tolist())
+        ends, seconds = polish(scn, outcome.candidate, outcome.problem, outcome.local, outcome.split(), engine)
         if best is None or seconds < best[0]:
             best = (seconds, outcome, ends)
     return best[1], best[2]
@@ -134,7 +133,7 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
         if options is not None:
             tasks = BatchTasks.of_candidate(scn, cand)
             found = framework_split(fixed, 0, options, None if ranking == "closed-form" else
-                                    lambda nodes: batch_step_s(tasks, 0, nodes),
+                                    lambda nodes: batch_step_s(tasks, 0, nodes, engine),
                                     lambda nodes: fits(tasks.priced, 0, nodes))
             if found is None:
                 raise InfeasibleError(f"no split framework {fw.name} generates fits in memory: "

@@ -15,7 +15,7 @@ from .units import GiB
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
-MOMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+MOMENT_BYTES = DTYPE_BYTES
 """Bytes of one Adam moment per parameter by dtype (Megatron-Core's precision-aware
 optimizer: ``--exp-avg-dtype``, ``--exp-avg-sq-dtype``)."""
 

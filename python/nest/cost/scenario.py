@@ -114,6 +114,12 @@ class Scenario:
         # price the same few configurations hundreds of times
         self._single_tables: dict[LayerConfig, ConfigTable] = {}
 
+    def fp8_weight_cache(self, zero) -> np.ndarray:
+        """Per ZeRO stage in ``zero`` (scalar or array), the bytes per GEMM weight of
+        Transformer Engine's FP8 weight copies (:attr:`fp8_weight_cache_bytes`): kept for
+        the whole weights unless ZeRO-3 gathers a layer's weights only while it runs."""
+        return np.where(np.asarray(zero) >= 3, 0.0, float(self.fp8_weight_cache_bytes))
+
     @property
     def num_nodes(self) -> int:
         return len(self.kinds)

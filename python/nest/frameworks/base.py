@@ -32,12 +32,14 @@ from ..parallel import (
 from ..specs import JobSpec, ModelSpec, OptimizerSpec
 from .plan_reader import PlanReader
 
+WHOLE_LAYERS = ("none", "full")
+"""The recomputation modes of a framework without selective or module recomputation."""
+
 
 @dataclass(frozen=True)
 class Columns:
     """Candidates as columns, one entry each: what the rules read (``recompute`` is an index
-    into :data:`~nest.parallel.RECOMPUTE_MODES`, ``order`` a rank-order string,
-    ``micro_batches`` the micro-batches per replica and step)."""
+    into :data:`~nest.parallel.RECOMPUTE_MODES`, ``order`` a rank-order string)."""
 
     tp: np.ndarray
     sp: np.ndarray
@@ -50,30 +52,25 @@ class Columns:
     micro_batch: np.ndarray
     recompute: np.ndarray
     order: np.ndarray
-    micro_batches: np.ndarray
 
     def __len__(self) -> int:
         return len(self.tp)
 
     @staticmethod
-    def of(cands: CandidateArrays, arrays: ConfigArrays, job: JobSpec) -> "Columns":
+    def of(cands: CandidateArrays, arrays: ConfigArrays) -> "Columns":
         """The columns of ``cands`` (their layer configurations in ``arrays``)."""
         c = cands.config
         order = np.array(cands.orders, dtype=object)[cands.order] if len(cands) else np.zeros(0, dtype=object)
         return Columns(arrays.tp[c], arrays.sp[c], arrays.cp[c], arrays.ep[c], cands.dp, cands.pp, cands.vp,
-                       cands.zero, arrays.micro_batch[c], arrays.recompute[c], order,
-                       job.micro_batches(cands.dp, arrays.micro_batch[c]))
+                       cands.zero, arrays.micro_batch[c], arrays.recompute[c], order)
 
     @staticmethod
-    def of_candidate(cand: Candidate, job: JobSpec) -> "Columns":
+    def of_candidate(cand: Candidate) -> "Columns":
         """One candidate as one-entry columns."""
-        one = lambda value, dtype=np.int64: np.array([value], dtype=dtype)  # noqa: E731
-        cfg = cand.cfg
-        if cfg.recompute not in RECOMPUTE_MODES:
-            raise SpecError(f"recompute = {cfg.recompute!r}: must be one of {', '.join(RECOMPUTE_MODES)}")
-        return Columns(one(cfg.tp), one(cfg.sp, bool), one(cfg.cp), one(cfg.ep), one(cand.dp), one(cand.pp),
-                       one(cand.vp), one(cand.zero), one(cfg.micro_batch), one(RECOMPUTE_MODES.index(cfg.recompute)),
-                       np.array([cand.order], dtype=object), one(job.micro_batches(cand.dp, cfg.micro_batch)))
+        if cand.cfg.recompute not in RECOMPUTE_MODES:
+            raise SpecError(f"recompute = {cand.cfg.recompute!r}: must be one of {', '.join(RECOMPUTE_MODES)}")
+        configs, cands = CandidateArrays.of([cand])
+        return Columns.of(cands, ConfigArrays.of(configs))
 
 
 @dataclass(frozen=True)
@@ -89,6 +86,14 @@ class Rule:
     source: str
     admits: Callable[[ModelSpec, JobSpec, Columns], np.ndarray]
     fix: Callable[[ModelSpec, JobSpec, Candidate], str]
+
+    @staticmethod
+    def whole_layer_recompute(text: str, source: str) -> "Rule":
+        """The ``no-selective-recompute`` rule of a framework that recomputes whole layers
+        or nothing (:data:`WHOLE_LAYERS`)."""
+        modes = [RECOMPUTE_MODES.index(mode) for mode in WHOLE_LAYERS]
+        return Rule("no-selective-recompute", text, source, lambda m, j, c: np.isin(c.recompute, modes),
+                    lambda m, j, cand: "recompute=full")
 
     @staticmethod
     def fixed_order(text: str, source: str) -> "Rule":
@@ -137,7 +142,7 @@ class Framework:
         source and the closest expressible change (SpecError when the job itself cannot
         run in the framework)."""
         self.job_errors(model, job)
-        columns = Columns.of_candidate(cand, job)
+        columns = Columns.of_candidate(cand)
         for rule in self.rules:
             if not bool(np.asarray(rule.admits(model, job, columns))[0]):
                 raise RuleError(f"framework = {self.name}: {rule.name}: {rule.text} ({rule.source}); closest "

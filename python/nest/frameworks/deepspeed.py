@@ -35,16 +35,13 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
-
 from ..errors import SpecError
-from ..parallel import DEFAULT_ORDER, RECOMPUTE_MODES, SpaceLimits
+from ..parallel import DEFAULT_ORDER, SpaceLimits
 from ..specs import JobSpec, ModelSpec
-from .base import Framework, Rule, default_state, narrowed
+from .base import WHOLE_LAYERS, Framework, Rule, default_state, narrowed
 from .plan_reader import PlanReader
 
 _V = "DeepSpeed v0.19.5"
-_WHOLE_LAYERS = [RECOMPUTE_MODES.index("none"), RECOMPUTE_MODES.index("full")]
 
 RULES = (
     Rule("zero-with-pipeline",
@@ -57,12 +54,10 @@ RULES = (
          f"{_V} deepspeed/runtime/pipe/schedule.py (TrainSchedule only)",
          lambda m, j, c: c.vp == 1,
          lambda m, j, cand: "vp=1"),
-    Rule("no-selective-recompute",
-         "activation checkpointing recomputes whole layers (PipelineModule activation_checkpoint_interval, "
-         "deepspeed.checkpointing.checkpoint); there is no selective or module recomputation",
-         f"{_V} deepspeed/runtime/pipe/module.py PipelineModule.forward",
-         lambda m, j, c: np.isin(c.recompute, _WHOLE_LAYERS),
-         lambda m, j, cand: "recompute=full"),
+    Rule.whole_layer_recompute(
+        "activation checkpointing recomputes whole layers (PipelineModule activation_checkpoint_interval, "
+        "deepspeed.checkpointing.checkpoint); there is no selective or module recomputation",
+        f"{_V} deepspeed/runtime/pipe/module.py PipelineModule.forward"),
     Rule("no-sequence-parallel",
          "DeepSpeed's tensor parallelism (AutoTP, or the model's own with a PipelineModule) does not shard "
          "activations along the sequence",
@@ -104,7 +99,7 @@ class DeepSpeed(Framework):
 
     def limits(self, limits: SpaceLimits, model: ModelSpec, job: JobSpec) -> SpaceLimits:
         return narrowed(limits, vp=(1,), cp=(1,), sp=(False,), rank_orders=(DEFAULT_ORDER,),
-                        recompute=("none", "full"))
+                        recompute=WHOLE_LAYERS)
 
     def job_errors(self, model: ModelSpec, job: JobSpec) -> None:
         default_state(self.name, _V, job)

@@ -135,8 +135,8 @@ class Megatron(Framework):
     def launch(self, p: PlanReader) -> str:
         """Megatron-LM arguments, one option (and its value) per line, no quoting needed:
         ``torchrun ... pretrain_gpt.py $(cat args) --data-path ... --tokenizer-type ...``."""
-        args: list[str] = []
-        add = lambda flag, value=None: args.extend([flag] + ([] if value is None else [str(value)]))  # noqa: E731
+        lines: list[str] = []
+        add = lambda flag, value=None: lines.append(flag if value is None else f"{flag} {value}")  # noqa: E731
         self._architecture(p, add)
         add("--micro-batch-size", p.micro_batch)
         add("--global-batch-size", p.global_batch)
@@ -194,11 +194,6 @@ class Megatron(Framework):
             add("--overlap-param-gather")
         if p.job.get("tp_comm_overlap") and p.tp > 1:  # without TP there is nothing to overlap
             add("--tp-comm-overlap")
-        lines, i = [], 0
-        while i < len(args):
-            takes = i + 1 < len(args) and not args[i + 1].startswith("--")
-            lines.append(f"{args[i]} {args[i + 1]}" if takes else args[i])
-            i += 2 if takes else 1
         return "\n".join(lines)
 
     @staticmethod

@@ -33,19 +33,17 @@ command line), so nest launches the registry models whose architecture equals th
 
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 
 import numpy as np
 
 from ..errors import SpecError
-from ..parallel import DEFAULT_ORDER, RECOMPUTE_MODES, SpaceLimits
+from ..parallel import DEFAULT_ORDER, SpaceLimits
 from ..specs import JobSpec, ModelSpec
-from .base import Framework, Rule, default_state, narrowed
+from .base import WHOLE_LAYERS, Framework, Rule, default_state, narrowed
 from .plan_reader import PlanReader
 
 _V = "torchtitan 0.3.0"
-_WHOLE_LAYERS = [RECOMPUTE_MODES.index("none"), RECOMPUTE_MODES.index("full")]
 
 _DECODER = dict(mlp="swiglu", norm="rmsnorm", bias=False, tied_embeddings=False, position_embedding="rope",
                 encoder_head=False, causal=True, moe_layer_interval=1)
@@ -118,10 +116,10 @@ def layers_per_stage(num_layers: int, stages: int, pp: int, first_less: int, las
     if stages in (pp, 2 * pp):
         return None
     effective = num_layers + first_less + last_less
-    for value in range(1, effective + 1):
-        if math.ceil(effective / value) == stages:
-            return value
-    return False
+    # ceil(effective / value) only falls as value grows, and is at most ``stages`` from
+    # this value on: the smallest value that can give them
+    value = -(-effective // stages)
+    return value if -(-effective // value) == stages else False
 
 
 @lru_cache(maxsize=256)
@@ -169,12 +167,10 @@ RULES = (
          f"{_V} torchtitan/config/configs.py ParallelismConfig.enable_sequence_parallel",
          lambda m, j, c: c.sp == (c.tp > 1),
          lambda m, j, cand: f"sp={cand.cfg.tp > 1}"),
-    Rule("no-selective-recompute",
-         "selective activation checkpointing saves chosen operators, not nest's attention-core or module "
-         "recomputation",
-         f"{_V} torchtitan/distributed/activation_checkpoint.py SelectiveAC",
-         lambda m, j, c: np.isin(c.recompute, _WHOLE_LAYERS),
-         lambda m, j, cand: "recompute=full"),
+    Rule.whole_layer_recompute(
+        "selective activation checkpointing saves chosen operators, not nest's attention-core or module "
+        "recomputation",
+        f"{_V} torchtitan/distributed/activation_checkpoint.py SelectiveAC"),
     Rule("sequence-divisor",
          "the sequence length is a multiple of tp (sequence parallel) x 2 cp (context parallel)",
          f"{_V} torchtitan/trainer.py Trainer.__init__",
@@ -191,7 +187,7 @@ class Torchtitan(Framework):
     rules = RULES
 
     def limits(self, limits: SpaceLimits, model: ModelSpec, job: JobSpec) -> SpaceLimits:
-        return narrowed(limits, rank_orders=(DEFAULT_ORDER,), zero=(0, 3), recompute=("none", "full"))
+        return narrowed(limits, rank_orders=(DEFAULT_ORDER,), zero=(0, 3), recompute=WHOLE_LAYERS)
 
     def job_defaults(self) -> dict:
         """FSDP2 always reduces gradients during the backward: the job overlaps them."""

@@ -191,8 +191,6 @@ def load_cluster(name_or_path: str | ClusterSpec, devices: int | None = None) ->
     if isinstance(name_or_path, ClusterSpec):
         cluster = name_or_path
     elif not is_path(name_or_path):
-        if name_or_path in GRAPH_CLUSTERS:
-            return GRAPH_CLUSTERS[name_or_path].sized(devices)
         return _preset({**CLUSTERS, **GRAPH_CLUSTERS}, name_or_path, "cluster").sized(devices)
     elif _is_graph_file(name_or_path):
         cluster = graph_cluster_from_file(name_or_path)

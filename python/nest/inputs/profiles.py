@@ -169,12 +169,6 @@ def _number(value, what: str, from_text: bool = False, maximum: float = math.inf
     return float(value)
 
 
-def check_value(key: str, value: float, what: str) -> float:
-    """``value`` of node field ``key`` if it is within :data:`LIMITS`, else SpecError
-    ``"<what> = <value>: must be at most <limit>"`` (for loaders that convert units first)."""
-    return _number(value, what, maximum=LIMITS[key])
-
-
 def node_measurement(data: dict, where: str, from_text: bool = False) -> NodeMeasurement:
     """A validated :class:`NodeMeasurement` from a mapping (``where`` prefixes errors).
 

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from ..errors import SpecError
 from ..frameworks import framework
+from ..specs import FRAMEWORKS
 
-FORMATS = ("megatron", "deepspeed", "torchtitan")
+FORMATS = tuple(f for f in FRAMEWORKS if f != "any")
 """The frameworks :func:`emit` writes launch configurations for."""
 
 PLACEMENT_FORMATS = ("hostfile",)

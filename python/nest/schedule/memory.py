@@ -19,18 +19,25 @@ import numpy as np
 from .order import device_ops
 
 
-@lru_cache(maxsize=32)
 def live_counts(device: int, pp: int, vp: int, micro_batches: int) -> np.ndarray:
     """``[operations, vp]``: micro-batches each chunk of ``device`` holds after each of
-    its operations, in order (cached, read-only: the search checks the plans it keeps
-    on a few schedule shapes)."""
-    forward, chunk, _ = device_ops(device, pp, vp, micro_batches)
-    step = np.where(forward, 1, -1)
-    onehot = np.zeros((len(chunk), vp), dtype=np.int32)
-    onehot[np.arange(len(chunk)), chunk] = step
-    counts = np.cumsum(onehot, axis=0, dtype=np.int32)
-    counts.flags.writeable = False
-    return counts
+    its operations, in order (read-only; cached with every rank of its schedule)."""
+    return _schedule_counts(pp, vp, micro_batches)[device]
+
+
+@lru_cache(maxsize=32)
+def _schedule_counts(pp: int, vp: int, micro_batches: int) -> tuple[np.ndarray, ...]:
+    """:func:`live_counts` of every rank of one schedule shape (cached by shape: a peak
+    needs all ranks, and the search checks the plans it keeps on a few shapes)."""
+    ranks = []
+    for device in range(pp):
+        forward, chunk, _ = device_ops(device, pp, vp, micro_batches)
+        onehot = np.zeros((len(chunk), vp), dtype=np.int32)
+        onehot[np.arange(len(chunk)), chunk] = np.where(forward, 1, -1)
+        counts = np.cumsum(onehot, axis=0, dtype=np.int32)
+        counts.flags.writeable = False
+        ranks.append(counts)
+    return tuple(ranks)
 
 
 @dataclass(frozen=True)
@@ -108,7 +115,7 @@ def device_memory(priced, n: int, layers_per_stage) -> list[DeviceMemory]:
     col = lambda name: table.cols[name][config][kinds].astype(np.float64)  # noqa: E731
     dense, expert, acts = col("params_dense"), col("params_expert"), col("act_bytes")
     sync = {k: float(v[n]) for k, v in priced.sync.items()}
-    cache = 0.0 if zero >= 3 else float(scn.fp8_weight_cache_bytes)
+    cache = float(scn.fp8_weight_cache(zero))
     parts = {"weights": dense * sync["dense_weight_bytes"] + expert * sync["expert_weight_bytes"]
              + cache * (dense + expert) * scn.gemm_kinds[kinds],
              "gradients": dense * sync["dense_grad_bytes"] + expert * sync["expert_grad_bytes"],

@@ -54,7 +54,7 @@ from typing import Sequence
 
 from ..cost.scenario import Scenario
 from ..parallel import Candidate
-from .order import interleaved_order, one_f_one_b_order
+from .order import as_tuples
 from .tasks import (
     BACKWARD,
     COMPUTE_KINDS,
@@ -154,9 +154,6 @@ class SimResult:
         return out
 
 
-# -- schedules --------------------------------------------------------------------------
-
-
 # -- the event simulation ---------------------------------------------------------------
 
 
@@ -173,8 +170,7 @@ def simulate_schedule(stages: Sequence[StageTasks], pp: int, micro_batches: int,
     if pp < 1 or n_virtual % pp or micro_batches < 1:
         raise ValueError(f"{n_virtual} virtual stages, pp = {pp}, {micro_batches} micro-batches")
     vp = n_virtual // pp
-    orders = [one_f_one_b_order(d, pp, micro_batches) if vp == 1
-              else interleaved_order(d, pp, vp, micro_batches) for d in range(pp)]
+    orders = [as_tuples(d, pp, vp, micro_batches) for d in range(pp)]
     arrival = {}  # ("F"|"B", q, j) -> time the task's output is available to its consumer
     done = {}  # ("F"|"B", q, j) -> end of the compute task
     free = [0.0] * pp  # device

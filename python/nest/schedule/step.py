@@ -94,9 +94,11 @@ def batch_timing(tasks: BatchTasks, n: int, layers_per_stage: Sequence[int], eng
                        tasks.end_tasks(n, layers), engine)
 
 
-def batch_step_s(tasks: BatchTasks, n: int, layers_per_stage: Sequence[int]) -> float:
-    """The step time of :func:`batch_timing` (compiled schedule) without building the
-    per-stage task objects: what the search ranks candidates by."""
+def batch_step_s(tasks: BatchTasks, n: int, layers_per_stage: Sequence[int], engine: str = "cpp") -> float:
+    """The step time of :func:`batch_timing`; with the compiled schedule (``"cpp"``)
+    without building the per-stage task objects: what the search ranks candidates by."""
+    if engine == "python":
+        return batch_timing(tasks, n, layers_per_stage, engine).step_s
     pp = int(tasks.priced.cands.pp[n])
     finish = _compiled_finish(pp, int(tasks.priced.micro_batches()[n]), tasks.stage_columns(n, layers_per_stage))
     runs = run_end_tasks(finish, tasks.end_tasks(n, layers_per_stage))
@@ -109,9 +111,9 @@ def candidate_timing(scn: Scenario, cand: Candidate, layers_per_stage: Sequence[
     return batch_timing(BatchTasks.of_candidate(scn, cand), 0, layers_per_stage, engine)
 
 
-def candidate_step_s(scn: Scenario, cand: Candidate, layers_per_stage: Sequence[int]) -> float:
-    """The step time of :func:`candidate_timing` (compiled schedule)."""
-    return batch_step_s(BatchTasks.of_candidate(scn, cand), 0, layers_per_stage)
+def candidate_step_s(scn: Scenario, cand: Candidate, layers_per_stage: Sequence[int], engine: str = "cpp") -> float:
+    """The step time of :func:`candidate_timing`."""
+    return batch_step_s(BatchTasks.of_candidate(scn, cand), 0, layers_per_stage, engine)
 
 
 _TIMES = ("forward_s", "recompute_s", "backward_s", "send_forward_s", "send_backward_s")

@@ -32,7 +32,6 @@ from typing import Sequence
 
 import numpy as np
 
-from ..cost.model import BLOCK, MOE
 from ..cost.pricing import OPTIMIZER_KERNELS, Priced, price_candidate, sync_parts
 from ..cost.scenario import Scenario
 from ..parallel import RECOMPUTE_MODES, Candidate
@@ -127,17 +126,15 @@ STAGE_COLUMNS = ("forward_s", "recompute_s", "backward_s", "forward_comm_s", "re
 def kind_tasks(priced: Priced) -> np.ndarray:
     """``[candidate, kind, 7]``: per node kind its forward, recompute and backward seconds,
     the exposed-collective part of each, and the bytes of its output."""
-    scn, t = priced.scn, priced.times
+    t = priced.times
     col = priced.col
-    block = np.array([kind in (BLOCK, MOE) for kind in scn.kind_list])[None, :]
-    full = (priced.table.arrays.recompute[priced.cands.config] == RECOMPUTE_MODES.index("full"))[:, None]
-    split = full & block  # a full recomputation repeats the forward's ring attention
+    # a full recomputation repeats the forward's ring attention (only blocks have one)
+    split = (priced.table.arrays.recompute[priced.cands.config] == RECOMPUTE_MODES.index("full"))[:, None]
     # the recomputation's share of the node's collectives (recompute_*_share), the rest
     # split evenly between the forward and the backward
     tp_share, ep_share = col("recompute_tp_share"), col("recompute_ep_share")
     recomputed = t.tp * tp_share + t.ep * ep_share
-    cp_forward = np.minimum(t.cp_forward, t.cp)
-    z_forward = np.minimum(t.dp_forward, t.dp)
+    cp_forward, z_forward = t.cp_forward, t.dp_forward  # parts of t.cp and t.dp (kind_times)
     z_recompute = np.minimum(t.dp_recompute, np.maximum(0.0, t.dp - z_forward))
     f_comm = (t.tp + t.ep - recomputed) / 2 + np.where(split, cp_forward / 2, cp_forward) + z_forward
     r_comm = np.where(col("recompute_s") > 0, recomputed + np.where(split, cp_forward / 2, 0.0) + z_recompute, 0.0)

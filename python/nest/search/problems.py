@@ -9,7 +9,7 @@ Memory per stage position (the DP checks ``mem_fixed + pos_mem_fixed + mem_per_p
 parameter bytes + inflight x activation bytes <= capacity``): parameter bytes follow the
 ZeRO sharding (:func:`nest.cost.pricing.sync_columns`); a stage's activations count at
 the most micro-batch chunks its rank holds at once in Megatron's order
-(:func:`nest.schedule.memory.live_summary`: ``min(p - k, m)`` for 1F1B stage ``k``, the
+(:func:`_live`, as :func:`nest.schedule.memory.live_summary` replays it: ``min(p - k, m)`` for 1F1B stage ``k``, the
 warm-up count plus one, ``min(2 (p - d - 1) + (v - 1) p + 1, m v)``, for an interleaved
 rank); the output layer's activations at its own chunk's count (:func:`_interleaved_head`)
 and its 16-bit logits on the last stage only. An interleaved rank is checked as ``v``
@@ -29,7 +29,6 @@ from ..dp.problem import DPProblem, DPResult, sync_time
 from ..network.placement import to_ps
 from ..parallel import Candidate
 from ..schedule import pipeline
-from ..schedule.memory import LiveSummary, live_summary
 from ..units import PS
 from .floors import table_bound
 
@@ -61,34 +60,20 @@ def _interleaved_ends(mem_params: np.ndarray, vp: np.ndarray, owner: np.ndarray,
 
 
 def _live(pp: np.ndarray, vp: np.ndarray, micro: np.ndarray, owner: np.ndarray, device: np.ndarray
-          ) -> tuple[np.ndarray, np.ndarray]:
-    """Per stage position: the most micro-batch-chunks its rank holds at once (replayed,
-    :func:`~nest.schedule.memory.live_summary`), and per candidate the most micro-batches
-    the output layer's chunk holds (the last rank's last chunk)."""
-    keys = np.stack((pp, vp, micro), axis=1)
-    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
-    inverse = inverse.ravel()
-    summaries = [live_summary(int(a), int(b), int(c)) if b == 1 or c % a == 0 else _unscheduled(int(a), int(b), int(c))
-                 for a, b, c in unique]
-    width = int(unique[:, 0].max()) if len(unique) else 0
-    totals = np.zeros((len(unique), width), dtype=np.int64)
-    for i, (summary, (a, b, _)) in enumerate(zip(summaries, unique)):
-        totals[i, :a] = summary.total
-    head = np.array([summary.per_chunk[-1, -1] for summary in summaries], dtype=np.int64)
-    return totals[inverse[owner], device].astype(np.float64), head[inverse].astype(np.float64)
-
-
-def _unscheduled(pp: int, vp: int, micro_batches: int) -> LiveSummary:
-    """Megatron's counts for an interleaved candidate without a schedule (micro-batches not
-    a multiple of ``pp``: a configuration the search never enumerates and ``evaluate``
-    refuses, priced only while a diagnosis explores changes)."""
-    total = np.minimum(2 * (pp - np.arange(pp) - 1) + (vp - 1) * pp + 1, micro_batches * vp)
-    per_chunk = np.ones((pp, vp), dtype=np.int64)
-    return LiveSummary(total.astype(np.int64), per_chunk)
+          ) -> np.ndarray:
+    """Per stage position, the most micro-batch-chunks its rank holds at once in
+    Megatron's order: the warm-up forwards plus one, ``min(p - d, m)`` without
+    interleaving, ``min(2 (p - d - 1) + (v - 1) p + 1, m v)`` with it (what
+    :func:`~nest.schedule.memory.live_summary` replays, checked against it in
+    tests/test_peak_memory.py; the output layer's chunk holds one micro-batch at most)."""
+    p, v, m = pp[owner], vp[owner], micro[owner]
+    one_f_one_b = np.minimum(p - device, m)
+    interleaved = np.minimum(2 * (p - device - 1) + (v - 1) * p + 1, m * v)
+    return np.where(v == 1, one_f_one_b, interleaved).astype(np.float64)
 
 
 def _interleaved_head(act_bytes: np.ndarray, vp: np.ndarray, owner: np.ndarray, device: np.ndarray,
-                      pp: np.ndarray, head_count: np.ndarray) -> np.ndarray:
+                      pp: np.ndarray) -> np.ndarray:
     """Per stage position, the output layer's activations charged apart; moves them out of
     ``act_bytes`` (in place) for interleaved candidates.
 
@@ -102,17 +87,10 @@ def _interleaved_head(act_bytes: np.ndarray, vp: np.ndarray, owner: np.ndarray, 
     split = vp > 1
     if act_bytes.shape[1] < 2 or not split.any():
         return fixed
-    last = act_bytes[:, -1].astype(np.float64) * head_count
+    last = act_bytes[:, -1].astype(np.float64)  # one micro-batch
     fixed += np.where(split[owner] & (device == pp - 1), last[owner], 0.0)
     act_bytes[split, -1] = 0
     return fixed
-
-
-def fp8_weight_cache(scn: Scenario, zero: np.ndarray) -> np.ndarray:
-    """Per candidate, the bytes per block weight of Transformer Engine's FP8 weight copies
-    (:attr:`~nest.cost.scenario.Scenario.fp8_weight_cache_bytes`): kept for the whole
-    weights unless ZeRO-3 gathers a layer's weights only while it runs."""
-    return np.where(zero >= 3, 0.0, float(scn.fp8_weight_cache_bytes))
 
 
 def dp_rows(priced: Priced) -> dict[str, np.ndarray]:
@@ -134,18 +112,18 @@ def dp_rows(priced: Priced) -> dict[str, np.ndarray]:
     q = np.arange(total, dtype=np.int64) - offset[owner]
     p = cands.pp[owner]
     device = q % p
-    inflight, head_count = _live(cands.pp, v, micro, owner, device)
+    inflight = _live(cands.pp, v, micro, owner, device)
     tiers = np.concatenate(boundary) if boundary else np.zeros(0, dtype=np.int64)
     tier_offset = np.concatenate(([0], np.cumsum(cands.pp)))[:-1]
     pos_tier = tiers[tier_offset[owner] + device].astype(np.int64)
     pos_tier[offset[1:] - 1] = -1
     mem_params = np.ceil(sync["dense_bytes"][:, None] * dense + sync["expert_bytes"][:, None] * expert
-                         + fp8_weight_cache(scn, cands.zero)[:, None] * (dense + expert) * scn.gemm_kinds
+                         + scn.fp8_weight_cache(cands.zero)[:, None] * (dense + expert) * scn.gemm_kinds
                          ).astype(np.int64)[:, take]
     pos_mem_fixed = _interleaved_ends(mem_params, v, owner, device, p)
     pos_mem_fixed[offset[1:] - 1] += table.last_transient[cands.config]  # the loss runs on the last stage
     act_bytes = priced.col("act_bytes")[:, take].copy()
-    pos_mem_fixed += _interleaved_head(act_bytes, v, owner, device, p, head_count)
+    pos_mem_fixed += _interleaved_head(act_bytes, v, owner, device, p)
     rows = {
         "time_ps": to_ps(priced.times.total)[:, take],
         "params": to_ps(sync_weights(scn, table, cands, sync))[:, take],

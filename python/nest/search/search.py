@@ -68,7 +68,7 @@ from ..errors import InfeasibleError, SpecError
 from ..frameworks import framework
 from ..parallel import Candidate, CandidateArrays, SpaceLimits
 from ..schedule.memory import fits
-from ..schedule.step import batch_step_s, batch_timing
+from ..schedule.step import batch_step_s
 from ..schedule.tasks import BatchTasks
 from ..units import PS
 from . import diagnose
@@ -278,9 +278,7 @@ class _Search:
     def _layers_ps(self, tasks: BatchTasks, row: int, layers) -> int:
         """The exact schedule of priced row ``row`` split into ``layers`` nodes per stage,
         in picoseconds."""
-        if self.engine == "python":
-            return int(round(batch_timing(tasks, row, layers, "python").step_s * PS))
-        return int(round(batch_step_s(tasks, row, layers) * PS))
+        return int(round(batch_step_s(tasks, row, layers, self.engine) * PS))
 
 
 FINALISTS = 4
@@ -391,9 +389,16 @@ POLISH_EVALUATIONS = 256
 
 def polish_split(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, ends: list[int],
                  engine: str = "cpp") -> list[int]:
-    """``ends`` with stage boundaries moved one node at a time while the exact schedule
-    of the split gets faster and every stage still fits (first improvement, boundaries in
-    order, at most :data:`POLISH_EVALUATIONS` schedules timed).
+    """The split of :func:`polish`."""
+    return polish(scn, cand, problem, local, ends, engine)[0]
+
+
+def polish(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, ends: list[int],
+           engine: str = "cpp") -> tuple[list[int], float]:
+    """``(ends, its step in seconds)``: ``ends`` with stage boundaries moved one node at a
+    time while the exact schedule of the split gets faster and every stage still fits
+    (first improvement, boundaries in order, at most :data:`POLISH_EVALUATIONS`
+    schedules timed).
 
     The DP's split minimises the closed form, whose optimum is not always the
     schedule's: the end-of-step sync of each rank starts when that rank is done, so
@@ -404,10 +409,7 @@ def polish_split(scn: Scenario, cand: Candidate, problem: DPProblem, local: int,
     tasks = BatchTasks.of_candidate(scn, cand)
 
     def step(trial: list[int]) -> float:
-        layers = np.diff([0] + trial).tolist()
-        if engine == "python":
-            return batch_timing(tasks, 0, layers, "python").step_s
-        return batch_step_s(tasks, 0, layers)
+        return batch_step_s(tasks, 0, np.diff([0] + trial).tolist(), engine)
 
     ends = list(ends)
     best, budget, improved = step(ends), POLISH_EVALUATIONS, True
@@ -426,7 +428,7 @@ def polish_split(scn: Scenario, cand: Candidate, problem: DPProblem, local: int,
                 seconds = step(trial)
                 if seconds < best:
                     best, ends, improved = seconds, trial, True
-    return ends
+    return ends, best
 
 
 def work_floor_ps(problem: DPProblem, result: DPResult, n: int, pp: int, micro_batches: int) -> int:

@@ -31,7 +31,6 @@ import numpy as np
 from ..errors import SpecError
 from ..frameworks import Columns, Framework, framework
 from ..parallel import (
-    RANK_ORDERS,
     RECOMPUTE_MODES,
     Candidate,
     CandidateArrays,
@@ -39,7 +38,6 @@ from ..parallel import (
     ConfigList,
     LayerConfig,
     SpaceLimits,
-    parse_order,
     recompute_modes,
 )
 from ..specs import ClusterSpec, JobSpec, ModelSpec
@@ -79,7 +77,7 @@ class Admission:
 
     def mask(self, cands: CandidateArrays, arrays: ConfigArrays) -> np.ndarray:
         """Which of ``cands`` (layer configurations in ``arrays``) the framework runs."""
-        return self.framework.admit(self.model, self.job, Columns.of(cands, arrays, self.job))
+        return self.framework.admit(self.model, self.job, Columns.of(cands, arrays))
 
 
 @dataclass
@@ -345,9 +343,7 @@ def expand_arrays(partials: Partials, index: np.ndarray, limits: SpaceLimits = S
     position among that partial's candidates."""
     if partials.admission is not None:
         limits = partials.admission.limits(limits)
-    orders = tuple(limits.rank_order or RANK_ORDERS)
-    for order in orders:
-        parse_order(order)
+    orders = limits.orders()
     index = np.asarray(index, dtype=np.int64)
     arrays = partials.config_arrays or ConfigArrays.of(partials.configs)
     config = partials.config[index]
