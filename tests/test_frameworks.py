@@ -301,6 +301,19 @@ def test_suggestions_are_configurations_the_framework_runs():
     assert "zero=3 with recompute=full" in str(error.value)
 
 
+def test_suggested_device_count_is_the_smallest_the_framework_fits_on():
+    """llama2-70b on 8 A100s under DeepSpeed: the device-count search tests the most
+    frugal candidates DeepSpeed runs (ZeRO-3 without pipelining), not nest's most frugal
+    ones (ZeRO-3 with a pipeline, which DeepSpeed refuses): 16 devices fit, and 16 is
+    what the message says."""
+    jobspec = nest.job_spec(nest.load_model("llama2-70b"), framework="deepspeed")
+    with pytest.raises(nest.InfeasibleError) as error:
+        nest.plan("llama2-70b", nest.load_cluster("dgx-a100", devices=8), jobspec)
+    assert "smallest changes that fit: 16 devices (the cluster has 8)" in str(error.value)
+    plan = nest.plan("llama2-70b", nest.load_cluster("dgx-a100", devices=16), jobspec)
+    assert plan.devices_used == 16 and plan.parallelism["pp"] == 1
+
+
 def test_torchtitan_jobs_overlap_the_gradient_reduction_by_default():
     assert nest.job_spec(DEBUG, global_batch=8, framework="torchtitan").overlap_grad_reduce
     assert not nest.job_spec(DEBUG, global_batch=8).overlap_grad_reduce

@@ -102,7 +102,7 @@ def _memory_parts(scn: Scenario, cand: Candidate, capacity: float, engine: str, 
 def _frugal_fit(scn: Scenario, limits: SpaceLimits, engine: str, threads: int | None) -> tuple[bool, float]:
     """``(fits, bound)``: whether some plan of ``scn`` fits in memory, and the smallest
     lower bound on any plan's memory. The cheap bound first, then the stage DP on the
-    candidates of the four most frugal partials (a sufficient test: a candidate with a
+    candidates of the most frugal partials (:func:`_frugal`; a sufficient test: a candidate with a
     feasible split is a plan). Inputs the space or the source reject do not fit."""
     try:
         partials = enumerate_partials(scn.model, scn.cluster, scn.job, scn.num_nodes, limits)
@@ -113,7 +113,7 @@ def _frugal_fit(scn: Scenario, limits: SpaceLimits, engine: str, threads: int | 
         bound = float(memory.min())
         if bound > scn.cluster.device.memory_bytes:
             return False, bound
-        cands = expand(partials, np.argsort(memory, kind="stable")[:4], limits)
+        cands = expand(partials, _frugal(scn, partials, memory, limits), limits)
         return bool(cands) and engines.solve(problem(scn, cands), engine, threads).best >= 0, bound
     except SpecError:  # e.g. a measured profile lacks the TP degree a lifted limit allows
         return False, INF
