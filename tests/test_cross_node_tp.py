@@ -69,3 +69,29 @@ def test_tp_wider_than_the_cluster_is_refused():
     small = nest.load_cluster("dgx-h100", devices=8)
     with pytest.raises(nest.SpecError, match=r"^tp = 16: the cluster has 8 devices$"):
         nest.evaluate("gpt3-175b", small, JOB, tp=16, dp=1, **{**CONFIG, "pp": 1, "zero": 0})
+
+
+@pytest.mark.parametrize("preset", ["dgx-h100", "dgx-h100-graph"])
+def test_tp_overlap_follows_the_placement_not_the_degree(preset):
+    """TP 8 on two 8-GPU nodes: with TP innermost each group is one node and its
+    collectives hide; with DP innermost (``dp-tp-cp-ep-pp``) each group spans both nodes
+    and nothing hides, though the degree fits a node. Tiers and graphs agree."""
+    cluster = nest.load_cluster(preset, devices=16)
+    overlap = JobSpec(global_batch=64, seq_len=2048, tp_comm_overlap=True)
+    plain = JobSpec(global_batch=64, seq_len=2048)
+    config = dict(tp=8, pp=1, dp=2, micro_batch=1, sp=True, zero=1, recompute="full")
+    for order, hidden in (("tp-cp-ep-dp-pp", True), ("dp-tp-cp-ep-pp", False)):
+        on = nest.evaluate("gpt-7.5b", cluster, overlap, rank_order=order, **config).breakdown_s["tp_comm"]
+        off = nest.evaluate("gpt-7.5b", cluster, plain, rank_order=order, **config).breakdown_s["tp_comm"]
+        assert (on < 0.2 * off) if hidden else (on == off)
+
+
+def test_tp_overlap_needs_a_shared_host_on_graphs():
+    """h100-fattree's devices have no host (each GPU on its own switch port, no NVLink):
+    a TP group under one edge switch still has no NVLink domain for Transformer Engine
+    to overlap in."""
+    cluster = nest.load_cluster("h100-fattree", devices=64)  # 4 devices per edge switch
+    config = dict(tp=4, pp=1, dp=16, micro_batch=1, sp=True, zero=1, recompute="full")
+    on = nest.evaluate("gpt-7.5b", cluster, JobSpec(global_batch=64, seq_len=2048, tp_comm_overlap=True), **config)
+    off = nest.evaluate("gpt-7.5b", cluster, JobSpec(global_batch=64, seq_len=2048), **config)
+    assert on.breakdown_s["tp_comm"] == off.breakdown_s["tp_comm"] > 0

@@ -99,10 +99,10 @@ def kind_times(scn: Scenario, table: ConfigTable, cands: CandidateArrays, terms:
     tp = _slots_sum(col("tp_count") * (2 * reduce_scatter_s(slot(terms.tp[0]), slot(terms.tp[1]), col("tp_bytes"))))
     if job.tp_comm_overlap:
         # Transformer Engine's userbuffers overlap only a TP group inside one NVLink
-        # domain (CUDA IPC / multicast handles; TransformerEngine issue #1071): a wider
-        # group's collectives stay exposed
+        # domain (CUDA IPC / multicast handles; TransformerEngine issue #1071): the
+        # collectives of a group that leaves it stay exposed
         degree = one(table.arrays.tp[cands.config])
-        hidden = (degree > 1) & (degree <= scn.cluster.tiers[0].fanout)
+        hidden = (degree > 1) & (one(terms.tp_inner) > 0)
         tp = np.where(hidden, tp_exposed(tp, degree, col("compute_s")), tp)
     lat, per_byte = one(terms.cp_ring[0]), one(terms.cp_ring[1])
     cp_degree = one(table.arrays.cp[cands.config])

@@ -77,12 +77,15 @@ class Placement:
     # graph clusters: (alpha[pp], beta[pp]) of every boundary, its own price (the tiers
     # above are then the levels of the device order the boundary crosses)
     boundary: tuple[np.ndarray, np.ndarray] | None = None
+    # every TP group inside one NVLink domain (the innermost tier; on graphs one host,
+    # the devices' ``host`` attribute): what Transformer Engine's TP overlap needs
+    tp_inner: bool = True
 
     def terms(self) -> tuple[float, ...]:
-        """The twelve numbers of :class:`GroupTerms`, in its field order."""
+        """The thirteen numbers of :class:`GroupTerms`, in its field order."""
         return (*self.tp.reduce_scatter_terms(), *self.cp_ring, *self.ep.all_to_all_terms(),
                 *self.dense_dp.reduce_scatter_terms(), *self.expert_dp.reduce_scatter_terms(),
-                self.dense_dp.size, self.expert_dp.size)
+                self.dense_dp.size, self.expert_dp.size, float(self.tp_inner))
 
 
 @dataclass(frozen=True)
@@ -114,12 +117,15 @@ class GroupTerms:
     expert_dp: tuple[np.ndarray, np.ndarray]
     dense_shards: np.ndarray
     expert_shards: np.ndarray
+    # 1.0 where the TP groups stay inside one NVLink domain (Placement.tp_inner); lower
+    # bounds take 1.0, the cheaper case
+    tp_inner: np.ndarray
 
     @staticmethod
     def of_values(values: np.ndarray) -> "GroupTerms":
-        """Terms from a ``[12, candidates]`` array in field order (:meth:`Placement.terms`)."""
+        """Terms from a ``[13, candidates]`` array in field order (:meth:`Placement.terms`)."""
         return GroupTerms((values[0], values[1]), (values[2], values[3]), (values[4], values[5]),
-                          (values[6], values[7]), (values[8], values[9]), values[10], values[11])
+                          (values[6], values[7]), (values[8], values[9]), values[10], values[11], values[12])
 
 
 class Placer:
@@ -154,7 +160,7 @@ class Placer:
             place, values = self._terms[key]
             places.append(place)
             rows.append(values)
-        values = np.array(rows, dtype=np.float64).T if rows else np.zeros((12, 0))
+        values = np.array(rows, dtype=np.float64).T if rows else np.zeros((13, 0))
         return GroupTerms.of_values(values), places
 
     def floor_terms(self, degrees: DegreeColumns, any_of: tuple[str, ...] | None = None) -> GroupTerms:
@@ -251,12 +257,14 @@ class TierPlacer(Placer):
             edp_shape = self._group_shape(edp_groups[:1] if first else edp_groups)
         else:
             ep_shape, edp_shape = (family("shape", *f) for f in experts)
+        tp_shape = family("shape", *joint_family(layout, ("tp",)))  # the worst TP group
         return Placement(
-            tp=family("shape", *joint_family(layout, ("tp",))),
+            tp=tp_shape,
             cp_ring=family("ring", *joint_family(layout, ("cp",))),
             dense_dp=family("shape", *joint_family(layout, ("cp", "dp"))),
             ep=ep_shape, expert_dp=edp_shape,
-            boundary_tiers=boundary_tiers_reduced(layout, self.cluster, self._period))
+            boundary_tiers=boundary_tiers_reduced(layout, self.cluster, self._period),
+            tp_inner=all(f == 1 for f in tp_shape.factors[1:]))
 
     def _family(self, what: str, offsets, leaders):
         """The group shape ("shape") or ring link ("ring") of the family ``leaders +
@@ -297,7 +305,8 @@ class TierPlacer(Placer):
         span = (cp - 1) * s_cp + 1
         ring = self._lookup(("ring",), span, lambda s: ring_floor(self.cluster, int(s)), 2)
         return GroupTerms((tp_f[0], tp_f[1]), (ring[0], ring[1]), (ep_f[2], ep_f[3]), (dd_f[0], dd_f[1]),
-                          (ed_f[0], ed_f[1]), dense_size.astype(np.float64), expert_size.astype(np.float64))
+                          (ed_f[0], ed_f[1]), dense_size.astype(np.float64), expert_size.astype(np.float64),
+                          np.ones(len(d)))
 
     def _shape_floors(self, size, spacing) -> list[np.ndarray]:
         def floor(pair):
@@ -333,6 +342,11 @@ class GraphPlacer(Placer):
 
         super().__init__(cluster, has_experts)
         self.net = network(cluster.graph, cluster.device_order)
+        # per rank, its NVLink domain: the device's host (a device without one shares none)
+        attrs = cluster.graph.nodes
+        hosts = [("host", str(attrs[d]["host"])) if attrs[d].get("host") is not None else ("device", str(d))
+                 for d in cluster.device_order]
+        self._domain = np.unique([f"{kind}:{name}" for kind, name in hosts], return_inverse=True)[1].ravel()
 
     def _place(self, tp: int, cp: int, dp: int, pp: int, ep: int, order: str) -> Placement:
         """Every family of the layout priced on the graph, all its groups at once."""
@@ -350,12 +364,15 @@ class GraphPlacer(Placer):
         stage = (ranks // stride) % pp
         partner = np.where(stage < pp - 1, ranks + stride, ranks - (pp - 1) * stride)
         boundary = net.boundaries(ranks, partner, stage, pp) if pp > 1 else (np.zeros(1), np.zeros(1))
+        tp_groups = groups(("tp",))
+        domains = self._domain[tp_groups]
         return Placement(
-            tp=GraphGroup(tp, net.ring(groups(("tp",))).best),
+            tp=GraphGroup(tp, net.ring(tp_groups).best),
             cp_ring=net.neighbours(groups(("cp",))),
             dense_dp=GraphGroup(dense.shape[1], net.ring(dense).best),
             ep=GraphGroup(ep, a2a=net.all_to_all(ep_groups)), expert_dp=expert_dp,
-            boundary_tiers=layout.boundary_tiers(self.cluster), boundary=boundary)
+            boundary_tiers=layout.boundary_tiers(self.cluster), boundary=boundary,
+            tp_inner=bool((domains == domains[:, :1]).all()))
 
     def floor_terms(self, degrees: DegreeColumns, any_of: tuple[str, ...] | None = None) -> GroupTerms:
         """With the candidates' own rank orders every degree is known: each family is
@@ -381,7 +398,7 @@ class GraphPlacer(Placer):
         if not self.has_experts:
             ed_f = (np.zeros(len(d)), np.zeros(len(d)))
         return GroupTerms(tp_f, ring, ep_f, dd_f, ed_f, dense_size.astype(np.float64),
-                          expert_size.astype(np.float64))
+                          expert_size.astype(np.float64), np.ones(len(d)))
 
     def _layout_floor(self, tp: int, cp: int, dp: int, pp: int, ep: int, order: str) -> tuple:
         """Floors of the families of one layout (cached): (tp, cp ring, ep, dense, expert)
