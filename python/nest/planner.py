@@ -15,7 +15,6 @@ from dataclasses import replace
 
 import numpy as np
 
-from .cost.pricing import price_candidate
 from .cost.scenario import Scenario
 from .dp import engine as engines
 from .dp.problem import INFEASIBLE
@@ -25,7 +24,7 @@ from .frameworks import framework
 from .inputs.coerce import coerce_inputs
 from .parallel import DEFAULT_ORDER, RECOMPUTE_MODES, ZERO_STAGES, Candidate, LayerConfig, SpaceLimits, parse_order
 from .result import Plan, build_plan
-from .schedule.memory import device_memory, fits
+from .schedule.memory import fits
 from .schedule.simulate import SimResult, simulate_candidate
 from .schedule.step import batch_step_s
 from .schedule.tasks import BatchTasks
@@ -147,11 +146,11 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
         ends = [int(e) for e in np.cumsum(layers_per_stage)]
         if not all(stage["fits"] for stage in stage_details(fixed, 0, ends)):
             raise InfeasibleError(diagnose.config_message(scn, cand, ends, engine, threads))
-    peak = max(device_memory(price_candidate(scn, cand), 0, np.diff([0] + ends).tolist()), key=lambda d: d.total)
-    if peak.total > scn.cluster.device.memory_bytes:
-        raise InfeasibleError(diagnose.peak_message(scn, peak))
-    return build_plan(scn, cand, fixed, 0, ends, solve_time=time.perf_counter() - started,
-                      evaluated=1, engine=engine, candidates_total=1, threads=threads)
+    built = build_plan(scn, cand, fixed, 0, ends, solve_time=time.perf_counter() - started,
+                       evaluated=1, engine=engine, candidates_total=1, threads=threads)
+    if built.peak_memory.total > scn.cluster.device.memory_bytes:
+        raise InfeasibleError(diagnose.peak_message(scn, built.peak_memory))
+    return built
 
 
 def simulate(plan: Plan, model=None, cluster=None, job: JobSpec | None = None, *, source=None, pad: bool = False,

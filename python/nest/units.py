@@ -1,6 +1,8 @@
 """Unit constants. Everything inside nest is SI (seconds, bytes, FLOP/s, bytes/s); these
 convert at the edges (file formats, reports) and to the stage DP's integer units."""
 
+import numpy as np
+
 GiB = 2**30
 """Bytes per gibibyte."""
 
@@ -12,3 +14,8 @@ GB = 1e9
 
 PS = 1e12
 """Picoseconds per second: the stage DP's integer time unit."""
+
+
+def to_ps(seconds) -> np.ndarray:
+    """Seconds to integer picoseconds (round half up)."""
+    return np.floor(np.asarray(seconds, dtype=np.float64) * PS + 0.5).astype(np.int64)

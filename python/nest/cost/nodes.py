@@ -40,7 +40,7 @@ from ..parallel import RECOMPUTE_MODES, ConfigArrays, recompute_modules
 from ..specs import JobSpec, ModelSpec
 from .activations import Activations
 from .compute import KernelModel
-from .model import BLOCK, EMBEDDING, MOE, AttentionShape, attention_shape, node_params
+from .model import BLOCK, EMBEDDING, MOE, attention_shape, node_params
 
 COST_FIELDS = ("fwd_s", "bwd_s", "recompute_s", "compute_s", "core_fwd_s", "core_bwd_s",
                "cp_fwd_bytes", "cp_bwd_bytes", "cp_steps_fwd", "cp_steps_bwd", "params_dense",
@@ -118,10 +118,9 @@ class NodeCostModel:
         self.model = model
         self.job = job
         self.k = kernels
-        # Activations (and what is communicated) stay in 16 bits even when GEMMs run in fp8.
-        self.e = 4 if job.dtype == "fp32" else 2
-        self.attn: AttentionShape = attention_shape(model)
         self.acts = Activations(model, job)
+        # activations (and what is communicated) stay in 16 bits even when GEMMs run in fp8
+        self.e, self.attn = self.acts.e, self.acts.attn
 
     def table(self, kind: str, c: ConfigArrays) -> dict[str, np.ndarray]:
         """Columns :data:`COST_FIELDS` and :data:`OP_FIELDS` of ``kind`` for every
@@ -148,7 +147,7 @@ class NodeCostModel:
         the products exceed 2^53."""
         m, t = self.model, c.tp.astype(object)
         n = (c.micro_batch.astype(object) * self.job.seq_len) // c.cp.astype(object)
-        h, up = m.hidden, (2 if m.mlp == "swiglu" else 1)
+        h, up = m.hidden, self.acts.gated()
         if kind == EMBEDDING:
             return np.zeros(len(c))
         if kind in (BLOCK, MOE):
@@ -171,11 +170,11 @@ class NodeCostModel:
 
     def _tokens(self, c):
         """Tokens of one micro-batch held by one context-parallel rank."""
-        return c.micro_batch * self.job.seq_len // c.cp
+        return self.acts.tokens(c)
 
     def _replicated(self, c):
         """Divisor of tensors outside the tensor-parallel region."""
-        return _where(c.sp, c.tp, 1)
+        return self.acts.outside(c)
 
     def _hidden_bytes(self, c):
         return self._tokens(c) * self.model.hidden * self.e
@@ -212,7 +211,7 @@ class NodeCostModel:
     def _mlp(self, ffn, tokens, split):
         """(GEMM, element-wise) times of an MLP of width ``ffn`` split ``split`` ways."""
         m, k, e = self.model, self.k, self.e
-        up = 2 if m.mlp == "swiglu" else 1
+        up = self.acts.gated()
         gemm = k.gemm(tokens, up * ffn / split, m.hidden) + k.gemm(tokens, m.hidden, ffn / split)
         act = (3 if m.mlp == "swiglu" else 2) * tokens * ffn * e / split
         return gemm, k.stream(act, kernels=1)

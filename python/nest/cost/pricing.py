@@ -168,10 +168,15 @@ def sync_columns(scn: Scenario, cands: CandidateArrays, terms: GroupTerms) -> di
     return out
 
 
-def _per_node(table: ConfigTable, cands: CandidateArrays, sync: dict, part: str) -> np.ndarray:
+def _params(table: ConfigTable, cands: CandidateArrays) -> tuple[np.ndarray, np.ndarray]:
+    """``[candidate, kind]`` dense and expert parameters of every node kind."""
+    return (table.cols["params_dense"][cands.config].astype(np.float64),
+            table.cols["params_expert"][cands.config].astype(np.float64))
+
+
+def _per_node(params: tuple[np.ndarray, np.ndarray], sync: dict, part: str) -> np.ndarray:
     """``[candidate, kind]``: a per-parameter sync column times the node's parameters."""
-    dense = table.cols["params_dense"][cands.config].astype(np.float64)
-    expert = table.cols["params_expert"][cands.config].astype(np.float64)
+    dense, expert = params
     return sync["dense" + part][:, None] * dense + sync["expert" + part][:, None] * expert
 
 
@@ -180,22 +185,24 @@ def sync_weights(scn: Scenario, table: ConfigTable, cands: CandidateArrays, sync
     (the DP's ``params`` weights before rounding) from :func:`sync_columns` ``sync``: only
     the exposed part of overlapped collectives (:func:`sync_exposed`). Monotone in the
     terms, so floor terms give floors."""
+    params = _params(table, cands)
     if not scn.job.overlaps_sync:
-        return _per_node(table, cands, sync, "")
+        return _per_node(params, sync, "")
     col = lambda name: table.cols[name][cands.config]  # noqa: E731
-    exposed = sync_exposed(_per_node(table, cands, sync, "_reduce"), _per_node(table, cands, sync, "_gather"),
+    exposed = sync_exposed(_per_node(params, sync, "_reduce"), _per_node(params, sync, "_gather"),
                            col("fwd_s"), col("bwd_s"), scn.job)
-    return _per_node(table, cands, sync, "_optimizer") + exposed
+    return _per_node(params, sync, "_optimizer") + exposed
 
 
 def sync_parts(scn: Scenario, table: ConfigTable, cands: CandidateArrays, sync: dict) -> np.ndarray:
     """``[candidate, kind, 3]``: one node's gradient reduction and weight gather, each by
     its exposed part (:func:`reduce_exposed`, :func:`gather_exposed`), and its optimizer
     step, in seconds (latency terms, ``fixed_s``, left out)."""
+    params = _params(table, cands)
     col = lambda name: table.cols[name][cands.config]  # noqa: E731
-    reduce = reduce_exposed(_per_node(table, cands, sync, "_reduce"), col("bwd_s"), scn.job)
-    gather = gather_exposed(_per_node(table, cands, sync, "_gather"), col("fwd_s"), scn.job)
-    return np.stack(np.broadcast_arrays(reduce, gather, _per_node(table, cands, sync, "_optimizer")), axis=2)
+    reduce = reduce_exposed(_per_node(params, sync, "_reduce"), col("bwd_s"), scn.job)
+    gather = gather_exposed(_per_node(params, sync, "_gather"), col("fwd_s"), scn.job)
+    return np.stack(np.broadcast_arrays(reduce, gather, _per_node(params, sync, "_optimizer")), axis=2)
 
 
 @dataclass

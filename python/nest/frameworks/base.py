@@ -154,8 +154,7 @@ class Framework:
         framework), else :meth:`launch` of the checked document."""
         reader = PlanReader(plan)
         model = ModelSpec(**reader.architecture())
-        job = reader.job_spec()
-        self.check(model, job, Candidate.of_parallelism(plan["parallelism"], model.tied_embeddings))
+        self.check(model, reader.job_spec, reader.candidate(model.tied_embeddings))
         return self.launch(reader)
 
     def launch(self, plan: PlanReader) -> str:

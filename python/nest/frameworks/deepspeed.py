@@ -126,7 +126,7 @@ class DeepSpeed(Framework):
             "fp16": {"enabled": p.dtype == "fp16"},
         }
         if p.zero >= 1:
-            config["zero_optimization"]["overlap_comm"] = bool(p.job.get("overlap_grad_reduce"))
+            config["zero_optimization"]["overlap_comm"] = p.job_spec.overlap_grad_reduce
         if p.tp > 1 and p.pp == 1:
             config["tensor_parallel"] = {"autotp_size": p.tp}
         if p.pp > 1:
@@ -137,7 +137,7 @@ class DeepSpeed(Framework):
         config["nest"] = {
             "note": "for the launcher and the model code; DeepSpeed ignores this section",
             "global_batch": p.global_batch, "data_parallel": p.dp, "seq_len": p.seq_len, "dtype": p.dtype,
-            "optimizer": p.job.get("optimizer", "adam"), "recompute": p.recompute,
+            "optimizer": p.job_spec.optimizer.name, "recompute": p.recompute,
             "pipeline": {"num_stages": p.pp, "parts": parts, "blocks_per_stage": p.block_counts(),
                          "first_layer": [s[0] for s in p.virtual], "last_layer": [s[-1] for s in p.virtual],
                          "topology": f"PipeModelDataParallelTopology(num_pp={p.pp}, num_mp={p.tp}, "

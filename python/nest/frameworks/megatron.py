@@ -140,7 +140,8 @@ class Megatron(Framework):
         self._architecture(p, add)
         add("--micro-batch-size", p.micro_batch)
         add("--global-batch-size", p.global_batch)
-        dtype = p.job["dtype"]
+        job = p.job_spec
+        dtype = job.dtype
         if dtype in ("bf16", "fp8"):
             add("--bf16")
         elif dtype == "fp16":
@@ -148,7 +149,7 @@ class Megatron(Framework):
         if dtype == "fp8":
             add("--fp8-format", "hybrid")
             add("--fp8-recipe", "delayed")
-        opt = p.job_spec().optimizer
+        opt = job.optimizer
         add("--optimizer", opt.name)
         if opt.grad_dtype == "bf16":
             add("--grad-reduce-in-bf16")
@@ -156,7 +157,7 @@ class Megatron(Framework):
             add("--use-precision-aware-optimizer")
             add("--exp-avg-dtype", opt.state_dtype)
             add("--exp-avg-sq-dtype", opt.state_dtype)
-        if p.job.get("fp8_param_gather"):
+        if job.fp8_param_gather:
             add("--fp8-param-gather")
         add("--tensor-model-parallel-size", p.tp)
         add("--pipeline-model-parallel-size", p.pp)
@@ -188,11 +189,11 @@ class Megatron(Framework):
             add("--recompute-granularity", "full")
             add("--recompute-method", "uniform")
             add("--recompute-num-layers", 1)
-        if p.job.get("overlap_grad_reduce"):
+        if job.overlap_grad_reduce:
             add("--overlap-grad-reduce")
-        if p.job.get("overlap_param_gather") and p.zero >= 1:  # ZeRO-0 gathers nothing
+        if job.overlap_param_gather and p.zero >= 1:  # ZeRO-0 gathers nothing
             add("--overlap-param-gather")
-        if p.job.get("tp_comm_overlap") and p.tp > 1:  # without TP there is nothing to overlap
+        if job.tp_comm_overlap and p.tp > 1:  # without TP there is nothing to overlap
             add("--tp-comm-overlap")
         return "\n".join(lines)
 
@@ -231,7 +232,7 @@ class Megatron(Framework):
             add("--hidden-dropout", 0)
             add("--attention-dropout", 0)
         add("--vocab-size", m["vocab_size"])
-        if not p.job.get("flash_attention", True):
+        if not p.job_spec.flash_attention:
             add("--attention-backend", "unfused")
         if m["num_experts"]:
             add("--num-experts", m["num_experts"])

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+from functools import cached_property
 
 from ..errors import SpecError, short_repr
-from ..parallel import DEFAULT_ORDER, RECOMPUTE_MODES
+from ..parallel import DEFAULT_ORDER, RECOMPUTE_MODES, Candidate, LayerConfig
 from ..specs import JobSpec
 
 _BLOCK = re.compile(r"^block\.(\d+)$")
@@ -153,7 +154,15 @@ class PlanReader:
                             "(plans of measured layers have none)")
         return self.model_spec
 
+    @cached_property
     def job_spec(self) -> JobSpec:
         """The plan's job as a :class:`~nest.specs.JobSpec` (batch, sequence, dtype,
-        optimizer, attention, overlap switches, framework)."""
+        optimizer, attention, overlap switches, framework): what the launchers read."""
         return JobSpec.of_document(self.job)
+
+    def candidate(self, tied_embeddings: bool) -> Candidate:
+        """The plan's configuration, from the checked fields (``zero`` with the
+        distributed optimizer folded in; ``tied_embeddings``: the model's)."""
+        cfg = LayerConfig(self.tp, self.sp, self.micro_batch, self.recompute, tied_embeddings and self.pp > 1,
+                          self.cp, self.ep)
+        return Candidate(cfg, self.pp, self.dp, self.vp, self.zero, self.order)

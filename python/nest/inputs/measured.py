@@ -28,6 +28,12 @@ from .profiles import MeasuredCost, MeasuredProfile
 BYTES_PER_PARAMETER = 2
 
 
+_MEASURED_COLUMNS = {"fwd_s": "fwd_s", "bwd_s": "bwd_s", "recompute_s": "recompute_s", "compute_s": "compute_s",
+                     "params_dense": "params", "act_bytes": "act_bytes", "out_bytes": "out_bytes",
+                     "transient_bytes": "transient_bytes"}
+"""Cost columns (:data:`~nest.cost.nodes.COST_FIELDS`) a profile's :class:`MeasuredCost` fills."""
+
+
 class MeasuredSource:
     """Node costs read from a :class:`~nest.inputs.profiles.MeasuredProfile` (see module doc)."""
 
@@ -58,14 +64,10 @@ class MeasuredSource:
         times include the tensor-parallel collectives, so there are no collective volumes."""
         node = self._node[kind]
         rows = [self._measured(configs, i)[node] for i in range(len(configs))]
-        column = lambda get: np.array([get(r) for r in rows], dtype=np.float64)  # noqa: E731
-        fwd, bwd, recompute = column(lambda r: r.fwd_s), column(lambda r: r.bwd_s), column(lambda r: r.recompute_s)
+        measured = {name: [getattr(r, field) for r in rows] for name, field in _MEASURED_COLUMNS.items()}
         return cost_columns(len(configs), {
-            "fwd_s": fwd, "bwd_s": bwd, "recompute_s": recompute, "compute_s": fwd + bwd + recompute,
-            "core_fwd_s": 0.0, "core_bwd_s": 0.0, "cp_fwd_bytes": 0.0, "cp_bwd_bytes": 0.0, "cp_steps_fwd": 0,
-            "cp_steps_bwd": 0, "params_dense": [r.params for r in rows], "params_expert": 0,
-            "act_bytes": [r.act_bytes for r in rows], "out_bytes": [r.out_bytes for r in rows],
-            "transient_bytes": [r.transient_bytes for r in rows],
+            **measured, "core_fwd_s": 0.0, "core_bwd_s": 0.0, "cp_fwd_bytes": 0.0, "cp_bwd_bytes": 0.0,
+            "cp_steps_fwd": 0, "cp_steps_bwd": 0, "params_expert": 0,
             "tp_count": np.zeros(1), "tp_bytes": np.zeros(1), "ep_count": np.zeros(1), "ep_bytes": np.zeros(1)})
 
     def model_flops(self, kind: str, configs: ConfigArrays) -> np.ndarray:

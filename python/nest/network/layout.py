@@ -52,17 +52,22 @@ class Layout:
         strides = self.strides()
         return {dim: (ranks // strides[dim]) % self.degrees.get(dim, 1) for dim in DIMENSIONS}
 
-    def boundary_tiers(self, cluster: ClusterSpec) -> np.ndarray:
-        """Tier crossed from stage k to stage k+1 (worst over the stage's ranks), for
-        k < pp; entry pp-1 is the wrap-around from the last stage to the first, which
-        interleaved schedules use."""
+    def pipeline_partners(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(ranks, partner, stage)``: every rank, the rank of the next pipeline stage it
+        sends to (the last stage wraps to the first) and its own stage."""
         pp = self.degrees.get("pp", 1)
         stride = self.strides()["pp"]
         stage = self.coordinates()["pp"]
         ranks = np.arange(self.size, dtype=np.int64)
-        partner = np.where(stage < pp - 1, ranks + stride, ranks - (pp - 1) * stride)
+        return ranks, np.where(stage < pp - 1, ranks + stride, ranks - (pp - 1) * stride), stage
+
+    def boundary_tiers(self, cluster: ClusterSpec) -> np.ndarray:
+        """Tier crossed from stage k to stage k+1 (worst over the stage's ranks), for
+        k < pp; entry pp-1 is the wrap-around from the last stage to the first, which
+        interleaved schedules use."""
+        ranks, partner, stage = self.pipeline_partners()
         tiers = tier_of_pair(cluster, ranks, partner)
-        worst = np.zeros(pp, dtype=np.int64)
+        worst = np.zeros(self.degrees.get("pp", 1), dtype=np.int64)
         np.maximum.at(worst, stage, tiers)
         return worst
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..parallel import DegreeColumns
 from ..specs import ClusterSpec
-from ..units import PS
+from ..units import to_ps
 from .layout import (
     Layout,
     boundary_tiers_reduced,
@@ -47,11 +47,6 @@ from .layout import (
     reduce_leaders,
 )
 from .tiers import GroupShape, group_shape, pair_tier_floor, ring_floor, ring_link, shape_floor
-
-
-def to_ps(seconds) -> np.ndarray:
-    """Seconds to integer picoseconds (round half up)."""
-    return np.floor(np.asarray(seconds, dtype=np.float64) * PS + 0.5).astype(np.int64)
 
 
 def _power_of_two(n: int) -> bool:
@@ -352,23 +347,16 @@ class GraphPlacer(Placer):
         """Every family of the layout priced on the graph, all its groups at once."""
         net = self.net
         layout = Layout({"tp": tp, "cp": cp, "dp": dp, "pp": pp}, order)
-        groups = lambda dims: family_groups(*joint_family(layout, dims))  # noqa: E731  (= joint_groups)
-        stages = groups(("tp", "cp", "dp"))  # runs of ep of each stage's ranks: expert_groups
-        runs = stages.reshape(stages.shape[0], -1, ep)
-        ep_groups, edp_groups = runs.reshape(-1, ep), runs.transpose(0, 2, 1).reshape(-1, runs.shape[1])
-        dense = groups(("cp", "dp"))
+        ep_groups, edp_groups = expert_groups(layout, ep)
+        dense = joint_groups(layout, ("cp", "dp"))
         expert_dp = (GraphGroup(edp_groups.shape[1], net.ring(edp_groups).best) if self.has_experts
                      else GraphGroup(edp_groups.shape[1]))  # no expert weights: nothing to sync
-        stride = layout.strides()["pp"]
-        ranks = np.arange(layout.size, dtype=np.int64)
-        stage = (ranks // stride) % pp
-        partner = np.where(stage < pp - 1, ranks + stride, ranks - (pp - 1) * stride)
-        boundary = net.boundaries(ranks, partner, stage, pp) if pp > 1 else (np.zeros(1), np.zeros(1))
-        tp_groups = groups(("tp",))
+        boundary = net.boundaries(*layout.pipeline_partners(), pp) if pp > 1 else (np.zeros(1), np.zeros(1))
+        tp_groups = joint_groups(layout, ("tp",))
         domains = self._domain[tp_groups]
         return Placement(
             tp=GraphGroup(tp, net.ring(tp_groups).best),
-            cp_ring=net.neighbours(groups(("cp",))),
+            cp_ring=net.neighbours(joint_groups(layout, ("cp",))),
             dense_dp=GraphGroup(dense.shape[1], net.ring(dense).best),
             ep=GraphGroup(ep, a2a=net.all_to_all(ep_groups)), expert_dp=expert_dp,
             boundary_tiers=layout.boundary_tiers(self.cluster), boundary=boundary,

@@ -39,10 +39,9 @@ import numpy as np
 
 from ..cost.pricing import kind_times, sync_columns, sync_weights
 from ..cost.scenario import ConfigTable, Scenario
-from ..network.placement import to_ps
 from ..parallel import DEFAULT_ORDER, CandidateArrays
 from ..schedule import pipeline
-from ..units import PS
+from ..units import PS, to_ps
 from .space import PartialChunk, Partials
 
 ONE_F_ONE_B_MARGIN = 0.10

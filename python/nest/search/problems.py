@@ -26,10 +26,9 @@ import numpy as np
 from ..cost.pricing import Priced, price, sync_weights
 from ..cost.scenario import Scenario
 from ..dp.problem import DPProblem, DPResult, sync_time
-from ..network.placement import to_ps
 from ..parallel import Candidate
 from ..schedule import pipeline
-from ..units import PS
+from ..units import PS, to_ps
 from .floors import table_bound
 
 

@@ -241,13 +241,16 @@ class _Search:
                 if found is None:
                     continue
                 score, closed_form, ends = found
-            elif self.ranking is None:
-                score = closed_form
-            elif work_floor_ps(problem, result, n, int(cands.pp[n]), int(micro[n])) > self.score:
-                continue  # its busiest rank alone takes longer than the incumbent's step
+                split = ends  # its exact peak fits (framework_split checked it)
             else:
-                tasks = tasks or BatchTasks.of(priced)
-                score = self._layers_ps(tasks, int(kept[n]), np.diff([0] + ends_of(problem, result, n)).tolist())
+                split = ends_of(problem, result, n)
+                if self.ranking is None:
+                    score = closed_form
+                elif work_floor_ps(problem, result, n, int(cands.pp[n]), int(micro[n]), split) > self.score:
+                    continue  # its busiest rank alone takes longer than the incumbent's step
+                else:
+                    tasks = tasks or BatchTasks.of(priced)
+                    score = self._layers_ps(tasks, int(kept[n]), np.diff([0] + split).tolist())
             rank = (score, closed_form, key)
             wins = rank < (self.score, self.closed_form, self.key or ())
             # a runner-up is a split polishing may move: a pipeline the DP split
@@ -255,8 +258,7 @@ class _Search:
             if not wins and not (polishable and (len(self.finalists) < FINALISTS - 1
                                                  or rank < self.finalists[-1][0])):
                 continue
-            layers = np.diff([0] + (ends if ends is not None else ends_of(problem, result, n))).tolist()
-            if not fits(priced, int(kept[n]), layers):
+            if ends is None and not fits(priced, int(kept[n]), np.diff([0] + split).tolist()):
                 continue  # the DP's check passed, the exact peak of its split does not fit
             outcome = SearchOutcome(cands.candidate(self.table.configs, n), problem, result, n, 0, 0, ends=ends)
             if polishable:
@@ -431,11 +433,12 @@ def polish(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, ends:
     return ends, best
 
 
-def work_floor_ps(problem: DPProblem, result: DPResult, n: int, pp: int, micro_batches: int) -> int:
-    """A lower bound on the exact schedule of candidate ``n``'s split: every pipeline rank
-    runs its chunks (the DP's stage times, sends included) once per micro-batch, less two
-    picoseconds of rounding per node and micro-batch."""
+def work_floor_ps(problem: DPProblem, result: DPResult, n: int, pp: int, micro_batches: int,
+                  ends: list[int] | None = None) -> int:
+    """A lower bound on the exact schedule of candidate ``n``'s split (``ends``, default
+    the DP's): every pipeline rank runs its chunks (the DP's stage times, sends included)
+    once per micro-batch, less two picoseconds of rounding per node and micro-batch."""
     work = [0] * pp
-    for k, t in enumerate(stage_times(problem, n, ends_of(problem, result, n))):
+    for k, t in enumerate(stage_times(problem, n, ends if ends is not None else ends_of(problem, result, n))):
         work[k % pp] += t
     return micro_batches * (max(work) - 2 * (problem.num_nodes + 1))
