@@ -181,6 +181,11 @@ def test_broken_documents_are_rejected(fmt):
     broken["parallelism"]["tp"] = 0
     with pytest.raises(SpecError, match="tp = 0"):
         emit(broken, fmt)
+    broken = copy.deepcopy(plan)
+    broken["parallelism"]["recompute"] = "attention"
+    with pytest.raises(SpecError, match=r"^parallelism.recompute = 'attention': must be one of none, selective, "
+                                        r"full, mlp, moe_act, layernorm,moe_act, "):
+        emit(broken, fmt)
 
 
 # -- the rankfile ------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ class PlanReader:
         self.zero = max(zero, 1 if par.get("distributed_optimizer") else 0)
         self.recompute = par.get("recompute", "none")
         if self.recompute not in RECOMPUTE_MODES:
-            raise SpecError(f"parallelism.recompute = {self.recompute!r}: must be none, selective or full")
+            raise SpecError(f"parallelism.recompute = {self.recompute!r}: must be one of {', '.join(RECOMPUTE_MODES)}")
         self.order = par.get("rank_order", DEFAULT_ORDER)
         self.global_batch = self._degree(job, "global_batch")
         self.seq_len = self._degree(job, "seq_len")
