@@ -15,10 +15,10 @@ struct Op {
 };
 
 // Megatron-LM's forward_backward_pipelining_without_interleaving on rank d.
-std::vector<Op> one_f_one_b(int64_t d, int64_t p, int64_t m) {
+std::vector<Op> one_f_one_b(int64_t d, int64_t p, int64_t m, int64_t extra) {
     std::vector<Op> ops;
     ops.reserve(static_cast<size_t>(2 * m));
-    const int64_t warmup = std::min(p - d - 1, m);
+    const int64_t warmup = std::min(p - d - 1 + extra, m);
     int64_t next_forward = 0, next_backward = 0;
     for (; next_forward < warmup; ++next_forward) ops.push_back({true, d, next_forward});
     while (next_forward < m) {
@@ -32,14 +32,14 @@ std::vector<Op> one_f_one_b(int64_t d, int64_t p, int64_t m) {
 // Megatron-LM's forward_backward_pipelining_with_interleaving on rank d (warm-up of
 // megatron/core/pipeline_parallel/schedules.py get_pp_rank_microbatches, core_v0.14.0:
 // capped at all micro-batches, with no special case for m == p).
-std::vector<Op> interleaved(int64_t d, int64_t p, int64_t v, int64_t m) {
+std::vector<Op> interleaved(int64_t d, int64_t p, int64_t v, int64_t m, int64_t extra) {
     const int64_t total = m * v, group = p * v;
     auto at = [&](bool forward, int64_t k) {
         int64_t chunk = (k % group) / p;
         if (!forward) chunk = v - 1 - chunk;
         return Op{forward, chunk * p + d, (k / group) * p + k % p};
     };
-    const int64_t warmup = std::min(2 * (p - d - 1) + (v - 1) * p, total);
+    const int64_t warmup = std::min(2 * (p - d - 1) + (v - 1) * p + extra, total);
     std::vector<Op> ops;
     ops.reserve(static_cast<size_t>(2 * total));
     for (int64_t k = 0; k < warmup; ++k) ops.push_back(at(true, k));
@@ -66,11 +66,13 @@ void check_times(const std::vector<double>& values, size_t n, const char* name) 
 std::vector<double> pipeline_finish(int64_t pp, int64_t vp, int64_t micro_batches,
                                     const std::vector<double>& forward, const std::vector<double>& recompute,
                                     const std::vector<double>& backward, const std::vector<double>& send_forward,
-                                    const std::vector<double>& send_backward) {
+                                    const std::vector<double>& send_backward, int64_t extra_warmup) {
     const int64_t p = pp, v = vp, m = micro_batches;
     if (p < 1 || v < 1 || m < 1)
         throw std::invalid_argument("pp = " + std::to_string(p) + ", vp = " + std::to_string(v) +
                                     ", micro_batches = " + std::to_string(m) + ": must be positive");
+    if (extra_warmup < 0 || extra_warmup > 1)
+        throw std::invalid_argument("extra_warmup = " + std::to_string(extra_warmup) + ": must be 0 or 1");
     if (v > 1 && m % p)
         throw std::invalid_argument("interleaving needs micro_batches (" + std::to_string(m) +
                                     ") divisible by pp (" + std::to_string(p) + ")");
@@ -92,7 +94,7 @@ std::vector<double> pipeline_finish(int64_t pp, int64_t vp, int64_t micro_batche
     auto cell = [m](int64_t q, int64_t j) { return static_cast<size_t>(q * m + j); };
 
     std::vector<std::vector<Op>> orders(static_cast<size_t>(p));
-    for (int64_t d = 0; d < p; ++d) orders[d] = v == 1 ? one_f_one_b(d, p, m) : interleaved(d, p, v, m);
+    for (int64_t d = 0; d < p; ++d) orders[d] = v == 1 ? one_f_one_b(d, p, m, extra_warmup) : interleaved(d, p, v, m, extra_warmup);
     std::vector<size_t> next(static_cast<size_t>(p), 0);
     std::vector<double> free_at(static_cast<size_t>(p), 0.0);
 

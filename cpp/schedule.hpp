@@ -16,6 +16,9 @@
 // q + 1; its backward is the recompute r[q] and the backward b[q], then the send sb[q] to
 // q - 1. The sender pays its sends (its rank is busy), so a directed link never queues.
 // A task starts when its rank is free and its input has arrived.
+// extra_warmup (0 or 1) adds one warm-up forward on every rank, capped as above:
+// Megatron-Core's combined 1F1B under --overlap-moe-expert-parallel-comm
+// (get_pp_rank_microbatches, core_v0.14.0; with p = 1 the first forward runs alone).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +32,6 @@ namespace nest {
 std::vector<double> pipeline_finish(int64_t pp, int64_t vp, int64_t micro_batches,
                                     const std::vector<double>& forward, const std::vector<double>& recompute,
                                     const std::vector<double>& backward, const std::vector<double>& send_forward,
-                                    const std::vector<double>& send_backward);
+                                    const std::vector<double>& send_backward, int64_t extra_warmup = 0);
 
 }  // namespace nest

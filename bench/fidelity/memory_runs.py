@@ -78,7 +78,8 @@ RUNS = [
     Run("mb-qwen3-30b-ep16-h100", "Megatron-Bridge skills/nemo-mbridge-perf-expert-parallel-overlap/SKILL.md "
         "(HybridEP production-shape benchmark, 2026-07-25)", MODELS["qwen3-30b-a3b"], 16, 4096, 1024,
         dict(tp=1, pp=1, dp=16, ep=16, micro_batch=1, sp=False, zero=1, recompute="none"),
-        dict(overlap_grad_reduce=True), measured_GiB=62.166, kind="max allocated, rank 0",
+        dict(overlap_grad_reduce=True, moe_dispatcher="flex", overlap_moe_expert_parallel_comm=True),
+        measured_GiB=62.166, kind="max allocated, rank 0",
         tokens_per_gpu_s=1024 * 4096 / 20.992 / 16,
         notes="distributed optimizer assumed (Bridge's default); recomputation not stated (none assumed); "
               "step 20.992 s (iterations 41-50) with the flex dispatcher (HybridEP), force-balanced routing, "
@@ -95,12 +96,12 @@ RUNS = [
         dict(tp=8, pp=8, vp=8, cp=2, dp=8, micro_batch=1, sp=True, zero=1, recompute="none"), FP8_CS,
         tokens_per_gpu_s=292),
     Run("ps2511-h100-q3-235b", BRIDGE + " (25.11, H100 FP8-CS)", MODELS["qwen3-235b-a22b"], 256, 4096, 2048,
-        dict(tp=2, pp=8, vp=4, dp=16, ep=32, micro_batch=1, sp=True, zero=1, recompute="none"), FP8_CS,
-        tokens_per_gpu_s=1575, notes="expert TP 1; the preset overlaps EP all-to-alls (moe_a2a_overlap); "
+        dict(tp=2, pp=8, vp=4, dp=16, ep=32, micro_batch=1, sp=True, zero=1, recompute="none"),
+        dict(FP8_CS, overlap_moe_expert_parallel_comm=True), tokens_per_gpu_s=1575, notes="expert TP 1; the preset overlaps EP all-to-alls (moe_a2a_overlap); "
                                      "force-balanced dropless routing"),
     Run("ps2509-h100-dsv3", BRIDGE + " (25.09, H100)", MODELS["deepseek-v3"], 1024, 4096, 8192,
-        dict(tp=2, pp=8, vp=4, dp=64, ep=64, micro_batch=1, sp=True, zero=1, recompute="selective"), FP8_CS,
-        tokens_per_gpu_s=1297,
+        dict(tp=2, pp=8, vp=4, dp=64, ep=64, micro_batch=1, sp=True, zero=1, recompute="selective"),
+        dict(FP8_CS, moe_dispatcher="flex", overlap_moe_expert_parallel_comm=True), tokens_per_gpu_s=1297,
         notes="selective recomputation (mla_up_proj, mlp in the v0.2.0 preset; nest's selective is core "
               "attention only); FP8-CS assumed; DeepEP dispatcher and EP overlap in the v0.2.0 preset"),
     Run("ps2606-h100-l3-70b-sft", BRIDGE + " (26.06, H100 SFT)", MODELS["llama3-70b"], 32, 4096, 32,

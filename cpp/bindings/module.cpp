@@ -108,7 +108,8 @@ std::vector<double> times(const py::object& obj, const char* name) {
 
 py::array_t<double> pipeline_finish(int64_t pp, int64_t vp, int64_t micro_batches, const py::object& forward,
                                     const py::object& recompute, const py::object& backward,
-                                    const py::object& send_forward, const py::object& send_backward) {
+                                    const py::object& send_forward, const py::object& send_backward,
+                                    int64_t extra_warmup) {
     const auto f = times(forward, "forward"), r = times(recompute, "recompute"), b = times(backward, "backward"),
                sf = times(send_forward, "send_forward"), sb = times(send_backward, "send_backward");
     std::vector<double> finish;
@@ -116,7 +117,7 @@ py::array_t<double> pipeline_finish(int64_t pp, int64_t vp, int64_t micro_batche
     {
         py::gil_scoped_release release;
         try {
-            finish = nest::pipeline_finish(pp, vp, micro_batches, f, r, b, sf, sb);
+            finish = nest::pipeline_finish(pp, vp, micro_batches, f, r, b, sf, sb, extra_warmup);
         } catch (const std::exception& e) {
             error = e.what();
         }
@@ -139,7 +140,7 @@ PYBIND11_MODULE(_core, m) {
           "ends, best). threads <= 0 uses the OpenMP default. Raises ValueError on bad input.");
     m.def("pipeline_finish", &pipeline_finish, py::arg("pp"), py::arg("vp"), py::arg("micro_batches"),
           py::arg("forward"), py::arg("recompute"), py::arg("backward"), py::arg("send_forward"),
-          py::arg("send_backward"),
+          py::arg("send_backward"), py::arg("extra_warmup") = 0,
           "Per pipeline rank, when its last task of Megatron-LM's (interleaved) 1F1B schedule ends;\n"
           "per-virtual-stage times in seconds (float64). Raises ValueError on bad input.");
     m.def("has_openmp", &nest::has_openmp, "Whether the core was compiled with OpenMP.");

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from .errors import InfeasibleError, SpecError
 from .parallel import DEFAULT_ORDER, RECOMPUTE_MODES, SpaceLimits
-from .specs import FRAMEWORKS, MOMENT_BYTES
+from .specs import FRAMEWORKS, MOE_DISPATCHERS, MOMENT_BYTES
 from .units import GiB
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
@@ -90,11 +90,19 @@ def _add_scenario(parser: argparse.ArgumentParser, device_list: bool = False) ->
     for flag, what in (("--overlap-grad-reduce", "data-parallel gradient reduction with each node's backward"),
                        ("--overlap-param-gather", "the sharded optimizer's weight all-gather with each "
                                                   "node's next forward"),
-                       ("--tp-comm-overlap", "tensor-parallel collectives with the compute they feed")):
+                       ("--tp-comm-overlap", "tensor-parallel collectives with the compute they feed"),
+                       ("--overlap-moe-expert-parallel-comm", "each MoE layer's dispatch and combine with another "
+                                                               "micro-batch's compute (combined 1F1B; where Megatron "
+                                                               "allows it: EP > 1, VP when PP > 1, no full or moe "
+                                                               "recomputation)")):
         parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
                             help=f"overlap {what} (Megatron-LM's {flag}; default off, as there, except "
                                  "where the framework always does: torchtitan's FSDP2 reduces gradients "
                                  "during the backward)")
+    parser.add_argument("--moe-dispatcher", default="alltoall", choices=MOE_DISPATCHERS,
+                        help="how tokens reach their experts: alltoall (every routed copy; Megatron's alltoall "
+                             "dispatcher) or flex (DeepEP: once per destination node, then NVLink; default "
+                             "alltoall)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--engine", default="cpp", choices=("cpp", "python"),
                         help="stage DP implementation (python: the slow reference)")
@@ -217,7 +225,8 @@ def _scenario(args) -> dict:
     job = job_spec(model, global_batch=args.global_batch, seq_len=args.seq_len, dtype=args.dtype,
                    optimizer=optimizer, flash_attention=not args.no_flash_attention,
                    fp8_param_gather=args.fp8_param_gather, reserved_memory_bytes=reserved,
-                   framework=_framework(args), **{name: getattr(args, name) for name in OVERLAP_SWITCHES})
+                   framework=_framework(args), moe_dispatcher=args.moe_dispatcher,
+                   **{name: getattr(args, name) for name in OVERLAP_SWITCHES})
     return {"model": model, "cluster": cluster, "job": job, "source": source, "limits": limits}
 
 

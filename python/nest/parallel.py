@@ -63,6 +63,26 @@ def recompute_modes(dense: bool, moe: bool, latent: bool) -> tuple[str, ...]:
         return all(need[m] for m in modules)
     return tuple(m for m in RECOMPUTE_MODES if applies(m))
 
+def warmup(device: int, pp: int, vp: int, micro_batches: int, extra: int = 0) -> int:
+    """Warm-up forwards of pipeline rank ``device`` in Megatron-Core's order
+    (core_v0.14.0 schedules.py ``get_pp_rank_microbatches``), with ``extra`` more under
+    the combined 1F1B of EP overlap (:mod:`nest.schedule.order`)."""
+    if vp == 1:
+        return min(pp - device - 1 + extra, micro_batches)
+    return min(2 * (pp - device - 1) + (vp - 1) * pp + extra, micro_batches * vp)
+
+
+def ep_overlap_allowed(ep, pp, vp, recompute):
+    """Whether Megatron-Core runs its combined 1F1B (``--overlap-moe-expert-parallel-comm``)
+    for these degrees and recompute mode indices (scalars or arrays): ``ep > 1``, virtual
+    stages when ``pp > 1`` (``"If enabling EP A2A overlap,
+    virtual_pipeline_model_parallel_size must be specified when
+    pipeline_model_parallel_size > 1"``) and no full or ``moe`` recomputation (core_v0.14.0
+    transformer_config.py ``TransformerConfig.__post_init__``)."""
+    recompute_ok = np.array([m != "full" and "moe" not in recompute_modules(m) for m in RECOMPUTE_MODES])
+    return (np.asarray(ep) > 1) & ((np.asarray(pp) == 1) | (np.asarray(vp) > 1)) & recompute_ok[recompute]
+
+
 ZERO_STAGES = (0, 1, 2, 3)
 """ZeRO stages: 0 replicated, 1 optimizer state sharded (Megatron's distributed optimizer),
 2 also gradients, 3 also parameters."""

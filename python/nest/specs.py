@@ -400,6 +400,18 @@ class JobSpec:
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     tp_comm_overlap: bool = False
+    # overlap_moe_expert_parallel_comm (Megatron-Core's --overlap-moe-expert-parallel-comm):
+    # the combined 1F1B schedule runs one micro-batch's forward of a MoE layer together
+    # with another's backward, so each expert-parallel dispatch and combine hides behind
+    # the other pass's attention or expert compute (nest.cost.pricing.ep_pair_exposed).
+    # Applies where Megatron allows it (ep > 1, no full recomputation and no recomputed
+    # moe module, virtual stages when pp > 1) and costs one more warm-up micro-batch.
+    overlap_moe_expert_parallel_comm: bool = False
+    # How tokens reach their experts: "alltoall" (Megatron's alltoall dispatcher: every
+    # routed copy is sent) or "flex" (DeepEP / HybridEP: a token crosses the network once
+    # per destination node and is forwarded inside it over NVLink; on graph clusters
+    # priced as alltoall).
+    moe_dispatcher: str = "alltoall"
     # The framework the plan is for (nest.frameworks): the search keeps to what it can run
     # and the plan launches in it with the meaning nest priced; "any": nest's whole space.
     framework: str = "any"
@@ -414,6 +426,7 @@ class JobSpec:
                 self.global_batch, f"times seq_len ({self.seq_len}) must be at most {MAX_TOKENS} tokens")
         _choice("job.dtype", self.dtype, tuple(DTYPE_BYTES))
         _choice("job.framework", self.framework, FRAMEWORKS)
+        _choice("job.moe_dispatcher", self.moe_dispatcher, MOE_DISPATCHERS)
         if self.reserved_memory_bytes is not None:
             _non_negative_real("job.reserved_memory_bytes", self.reserved_memory_bytes)
         require(not self.fp8_param_gather or self.dtype == "fp8", "job.fp8_param_gather", True,
@@ -441,6 +454,7 @@ class JobSpec:
                 **{name: True for name in OVERLAP_SWITCHES if getattr(self, name)},
                 "optimizer": opt.name, **state, "flash_attention": self.flash_attention,
                 **({"fp8_param_gather": True} if self.fp8_param_gather else {}),
+                **({} if self.moe_dispatcher == "alltoall" else {"moe_dispatcher": self.moe_dispatcher}),
                 **({} if self.reserved_memory_bytes is None else {"reserved_memory_bytes": self.reserved_memory_bytes}),
                 "framework": self.framework}
 
@@ -461,8 +475,13 @@ class JobSpec:
         return -(-self.global_batch // (dp * micro_batch))
 
 
-OVERLAP_SWITCHES = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
+OVERLAP_SWITCHES = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+                    "overlap_moe_expert_parallel_comm")
 """The :class:`JobSpec` switches of communication overlap (Megatron-LM's flag names)."""
+
+MOE_DISPATCHERS = ("alltoall", "flex")
+"""The token dispatchers a job can use (``job.moe_dispatcher``, Megatron-Core's
+``--moe-token-dispatcher-type`` values nest prices)."""
 
 FRAMEWORKS = ("any", "megatron", "deepspeed", "torchtitan")
 """The frameworks a job can target (``job.framework``; :mod:`nest.frameworks`)."""

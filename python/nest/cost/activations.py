@@ -138,6 +138,16 @@ class Activations:
     def gated(self) -> int:
         return 2 if self.model.mlp == "swiglu" else 1
 
+    def expert_padding(self) -> float:
+        """Expert inputs per routed copy: the capacity factor when the alltoall dispatcher
+        pads them to capacity (Megatron's ``--moe-pad-expert-input-to-capacity``), 1 under
+        the flex dispatcher, which does not pad (core_v0.14.0 transformer_config.py
+        ``__post_init__``: "Flex token dispatcher does not support
+        moe_pad_expert_input_to_capacity"; a capacity factor then only drops)."""
+        if self.job.moe_dispatcher == "flex":
+            return 1.0
+        return max(1.0, self.model.capacity_factor)
+
     def mlp(self, width: int) -> int:
         """Per token, inside: an MLP's intermediates (fc1 output and activation output)."""
         return self.e * self.gated() * width + self.q * width
@@ -182,7 +192,7 @@ class Activations:
         zero = np.zeros(len(c), dtype=np.int64)
         if moe:
             e = self.moe()
-            padded = n / rep * m.experts_per_token * max(1.0, m.capacity_factor)
+            padded = n / rep * m.experts_per_token * self.expert_padding()
             keep_out += e["keep"]
             parts["norm_out"] = parts["norm_out"] + n * e["norm_out"] // rep
             parts["act"] = np.ceil(padded * e["act"]).astype(np.int64)

@@ -16,7 +16,8 @@ recomputation keeps only the block input.
 Experts (expert TP = 1): with sequence parallelism each rank routes its own ``b s / (cp
 tp)`` tokens to ``top-k`` experts; dispatch and combine are all-to-alls of ``tokens x k x
 hidden`` over the expert-parallel group, forward and backward (and again in a full
-recomputation). The capacity factor pads expert GEMMs to capacity (dropless: 1).
+recomputation). The capacity factor pads expert GEMMs to capacity (dropless: 1; the flex
+dispatcher does not pad).
 
 Kernel times come from :class:`nest.cost.compute.KernelModel` (the efficiency curves of
 :mod:`nest.cost.efficiency`): with FP8 the linear layers' GEMMs run in FP8 and quantize
@@ -45,7 +46,7 @@ from .model import BLOCK, EMBEDDING, MOE, attention_shape, node_params
 COST_FIELDS = ("fwd_s", "bwd_s", "recompute_s", "compute_s", "core_fwd_s", "core_bwd_s",
                "cp_fwd_bytes", "cp_bwd_bytes", "cp_steps_fwd", "cp_steps_bwd", "params_dense",
                "params_expert", "act_bytes", "out_bytes", "transient_bytes", "recompute_tp_share",
-               "recompute_ep_share")
+               "recompute_ep_share", "mlp_fwd_s", "mlp_bwd_s")
 """One column per configuration: what the planner reads of a node.
 
 ``fwd_s``, ``bwd_s``, ``recompute_s`` (``compute_s`` their sum): kernel seconds of one
@@ -57,10 +58,13 @@ kept per micro-batch from forward to backward; ``out_bytes``: the node's output 
 pipeline boundary sends); ``transient_bytes``: the largest buffer a recomputing node
 needs while it runs; ``recompute_*_share``: the share of the node's tensor- and
 expert-parallel collectives its recomputation issues (the rest split evenly between its
-forward and backward)."""
+forward and backward); ``mlp_*_s``: the part of ``fwd_s`` and ``bwd_s`` a MoE layer spends
+in its experts (routed and shared: what Megatron's combined 1F1B runs between dispatch and
+combine; the rest is attention, router and permutation)."""
 
-SHARE_FIELDS = ("recompute_tp_share", "recompute_ep_share")
-"""Cost fields a source may leave out (0: its recomputation issues no collectives)."""
+SHARE_FIELDS = ("recompute_tp_share", "recompute_ep_share", "mlp_fwd_s", "mlp_bwd_s")
+"""Cost fields a source may leave out (0: its recomputation issues no collectives, no
+expert compute apart from the rest)."""
 
 OP_FIELDS = ("tp_count", "tp_bytes", "ep_count", "ep_bytes")
 """``[configuration, slot]`` columns: the ``(count, bytes)`` of the node's tensor-parallel
@@ -217,24 +221,24 @@ class NodeCostModel:
         return gemm, k.stream(act, kernels=1)
 
     def _moe(self, c):
-        """(GEMM, element-wise, tokens routed by this rank, the experts' activation) of a
-        MoE layer."""
+        """(GEMM, element-wise, tokens routed by this rank, the experts' activation, the
+        experts' part of the GEMM and element-wise time) of a MoE layer."""
         m, k, e, t = self.model, self.k, self.e, c.tp
         n = self._tokens(c)
         local = _where(c.sp, n / t, n)  # tokens this rank routes (sequence-parallel share)
         routed = local * m.experts_per_token
-        padded = routed * max(1.0, m.capacity_factor)
+        padded = routed * self.acts.expert_padding()
         experts_here = m.num_experts / c.ep
         gemm, _ = self._mlp(m.moe_ffn_hidden, padded / experts_here, 1)
         gemm = gemm * experts_here
         activation = k.stream(3 * padded * m.moe_ffn_hidden * e, kernels=experts_here.astype(np.int64))
-        elementwise = activation
-        gemm = gemm + k.bmm(local, m.num_experts, m.hidden, 1)  # router (16-bit, never FP8)
-        elementwise = elementwise + k.stream(4 * routed * m.hidden * e, kernels=4)  # permute / unpermute
+        experts = gemm + activation
         if m.num_shared_experts:
             g, el = self._mlp(m.num_shared_experts * m.moe_ffn_hidden, n, t)
-            gemm, elementwise = gemm + g, elementwise + el
-        return gemm, elementwise, routed, activation
+            experts = experts + g + el
+        router = k.bmm(local, m.num_experts, m.hidden, 1)  # 16-bit, never FP8
+        permute = k.stream(4 * routed * m.hidden * e, kernels=4)  # permute / unpermute
+        return experts + router, permute, routed, activation, experts
 
     def _up_projections(self, c):
         """Latent attention's up projections (q and kv latents to the heads)."""
@@ -247,10 +251,9 @@ class NodeCostModel:
         gemm, elementwise, core, core_bwd = self._attention(c)
         m = self.model
         tp_fwd = 1  # after attention
-        routed = 0.0
-        activation = 0.0
+        routed = activation = experts = 0.0
         if moe:
-            g, el, routed, activation = self._moe(c)
+            g, el, routed, activation, experts = self._moe(c)
             tp_fwd += 1 if m.num_shared_experts else 0
         else:
             g, el = self._mlp(m.ffn_hidden, self._tokens(c), c.tp)
@@ -298,6 +301,7 @@ class NodeCostModel:
             "out_bytes": hidden_bytes // self._replicated(c),
             "transient_bytes": transient,
             "recompute_tp_share": extra_tp / (2 * tp_fwd + extra_tp), "recompute_ep_share": extra_ep / (4 + extra_ep),
+            "mlp_fwd_s": experts, "mlp_bwd_s": 2 * experts,
         }
 
     # -- embedding and head ------------------------------------------------------------

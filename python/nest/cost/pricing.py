@@ -13,7 +13,9 @@ attention core of the same pass; ZeRO-2 reduce-scatters a node's gradients durin
 backward and ZeRO-3 gathers its weights during the previous node's compute (prefetch), so
 only the excess over the node's own compute is exposed. TP and EP collectives are on the
 critical path (Megatron's defaults); with ``job.tp_comm_overlap`` the TP ones of groups
-inside one NVLink domain (the innermost tier) are exposed as :func:`tp_exposed`. The end-of-step sync (:func:`sync_columns`): ZeRO-0 all-reduces
+inside one NVLink domain (the innermost tier) are exposed as :func:`tp_exposed`, and with
+``job.overlap_moe_expert_parallel_comm`` the EP ones where Megatron overlaps them
+(:func:`ep_overlapped`) as :func:`ep_pair_exposed`. The end-of-step sync (:func:`sync_columns`): ZeRO-0 all-reduces
 fp32 gradients; 1 reduce-scatters gradients and all-gathers the updated weights
 (Megatron's distributed optimizer); 2 has reduced gradients per micro-batch and
 all-gathers the weights; 3 does nothing (weights stay sharded). Dense weights sync over
@@ -27,8 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..network.placement import GroupTerms, Placement, reduce_scatter_s
-from ..parallel import RECOMPUTE_MODES, Candidate, CandidateArrays
+from ..parallel import RECOMPUTE_MODES, Candidate, CandidateArrays, ep_overlap_allowed, warmup
 from ..specs import JobSpec
+from .model import BLOCK, MOE
 from .scenario import ConfigTable, Scenario
 
 OPTIMIZER_KERNELS = 4
@@ -40,6 +43,61 @@ def tp_exposed(tp_s, degree, compute_s):
     collective split into ``degree`` chunks pipelined with the compute they feed, so one
     chunk stays exposed, and no more hides than the node's compute lasts."""
     return np.maximum(tp_s / degree, tp_s - compute_s)
+
+
+EP_COMM_SMS = 20
+"""SMs the dispatch and combine kernels hold while they overlap compute, which then runs
+on the others: Megatron-Core's DeepEP default (core_v0.14.0 transformer_config.py
+``moe_deepep_num_sms = 20``; HybridEP's is 16). NCCL's all-to-all runs one CTA per
+point-to-point channel, of the same order on 8-GPU nodes (NCCL src/graph/paths.cc
+``ncclTopoComputeP2pChannels``)."""
+
+
+def ep_overlapped(scn: Scenario, table: ConfigTable, cands: CandidateArrays) -> np.ndarray:
+    """Per candidate: whether ``job.overlap_moe_expert_parallel_comm`` overlaps its
+    expert-parallel all-to-alls (where Megatron runs it: :func:`~nest.parallel.ep_overlap_allowed`;
+    elsewhere the flag is not given and the all-to-alls stay exposed)."""
+    if not (scn.job.overlap_moe_expert_parallel_comm and scn.model.is_moe):
+        return np.zeros(len(cands), dtype=bool)
+    arrays = table.arrays
+    return ep_overlap_allowed(arrays.ep[cands.config], cands.pp, cands.vp, arrays.recompute[cands.config])
+
+
+def ep_pair_exposed(a2a_s, attn_fwd_s, mlp_fwd_s, mlp_bwd_s, attn_bwd_s):
+    """Exposed all-to-all seconds of one MoE layer's forward run together with another
+    micro-batch's backward of it, each dispatch and combine taking ``a2a_s``.
+
+    Megatron's combined 1F1B (core_v0.14.0 models/common/model_chunk_schedule_plan.py
+    ``TransformerLayerSchedulePlan.run``) issues, on a communication and a computation
+    stream::
+
+        comm: combine_bwd  | dispatch_fwd -> dispatch_bwd     | combine_fwd
+        comp: attn_fwd     | mlp_bwd (dgrad, wgrad) -> mlp_fwd | attn_bwd
+
+    where the expert backward waits for its combine gradient, the expert forward for its
+    dispatch, the dispatch gradient for the expert data gradient, the attention backward
+    for the dispatch gradient and the forward's combine for its experts. The pair ends
+    when both streams are done; what exceeds the compute of both passes is exposed (0
+    when every all-to-all fits under the compute it meets)."""
+    dgrad = wgrad = mlp_bwd_s / 2
+    combine_b = a2a_s
+    dgrad_end = np.maximum(attn_fwd_s, combine_b) + dgrad
+    dispatch_f_end = np.maximum(combine_b, attn_fwd_s) + a2a_s
+    dispatch_b_end = np.maximum(dispatch_f_end, dgrad_end) + a2a_s
+    mlp_f_end = np.maximum(dgrad_end + wgrad, dispatch_f_end) + mlp_fwd_s
+    end = np.maximum(np.maximum(dispatch_b_end, mlp_f_end) + a2a_s, np.maximum(mlp_f_end, dispatch_b_end) + attn_bwd_s)
+    return end - (attn_fwd_s + mlp_fwd_s + mlp_bwd_s + attn_bwd_s)
+
+
+def unpaired_share(scn: Scenario, table: ConfigTable, cands: CandidateArrays) -> np.ndarray:
+    """Per candidate under EP overlap: the share of the first rank's passes that run
+    alone (its warm-up forwards and as many cool-down backwards, over all ``m v`` of each;
+    those expose their all-to-alls in full). The first rank holds the most; charging its
+    share on every rank keeps each rank's total at least its own."""
+    micro = scn.job.micro_batches(cands.dp, table.arrays.micro_batch[cands.config])
+    w = np.array([warmup(0, int(p), int(v), int(m), 1) for p, v, m in zip(cands.pp, cands.vp, micro)],
+                 dtype=np.float64)
+    return w / (micro * cands.vp)
 
 
 def reduce_exposed(reduce_s, bwd_s, job: JobSpec):
@@ -114,6 +172,19 @@ def kind_times(scn: Scenario, table: ConfigTable, cands: CandidateArrays, terms:
     cp, cp_forward = np.where(ring, cp, 0.0), np.where(ring, cp_forward, 0.0)
     ep = _slots_sum(col("ep_count") * (slot(terms.ep[0]) + slot(terms.ep[1]) * col("ep_bytes")))
     compute = col("compute_s")
+    overlapped = ep_overlapped(scn, table, cands)
+    if overlapped.any():
+        # one dispatch or combine (the layer's four all-to-alls alike: no moe recompute)
+        a2a = one(terms.ep[0]) + one(terms.ep[1]) * col("ep_bytes")[:, :, 0]
+        mlp_f, mlp_b = col("mlp_fwd_s"), col("mlp_bwd_s")
+        pair = ep_pair_exposed(a2a, col("fwd_s") - mlp_f, mlp_f, mlp_b, col("bwd_s") - mlp_b + col("recompute_s"))
+        alone = one(unpaired_share(scn, table, cands))
+        # while a hidden all-to-all runs, compute has EP_COMM_SMS fewer SMs: it loses
+        # that share of the hidden time (devices without an SM count: none)
+        sms = scn.kernels.curve.sms
+        contention = EP_COMM_SMS / sms if sms > EP_COMM_SMS else 0.0
+        exposed = pair + alone * (ep - pair) + (1 - alone) * (ep - pair) * contention
+        ep = np.where(one(overlapped) & (ep > 0), exposed, ep)
     total = compute + tp + cp + ep
     zero = one(cands.zero)
     dp = dp_forward = dp_recompute = np.zeros_like(total)
@@ -228,6 +299,20 @@ class Priced:
     def micro_batches(self) -> np.ndarray:
         """Micro-batches per replica and step of every candidate."""
         return self.scn.job.micro_batches(self.cands.dp, self.table.arrays.micro_batch[self.cands.config])
+
+    def extra_warmup(self) -> np.ndarray:
+        """Per candidate, the warm-up forwards its schedule adds (1 where EP overlap runs
+        Megatron's combined 1F1B: :func:`ep_overlapped`)."""
+        return ep_overlapped(self.scn, self.table, self.cands).astype(np.int64)
+
+    def pair_transient(self) -> np.ndarray:
+        """Per candidate, the bytes a combined 1F1B holds beyond its live micro-batches:
+        one transformer layer's activations, the forward's layer allocated before the
+        backward's layer is freed (:func:`nest.schedule.memory.live_counts`); 0 without
+        EP overlap."""
+        blocks = np.isin(np.asarray(self.scn.kind_list), (BLOCK, MOE))
+        acts = self.col("act_bytes")[:, blocks] if blocks.any() else np.zeros((len(self), 1), dtype=np.int64)
+        return np.where(self.extra_warmup() > 0, acts.max(axis=1), 0).astype(np.int64)
 
 
 def price(scn: Scenario, table: ConfigTable, cands: CandidateArrays) -> Priced:

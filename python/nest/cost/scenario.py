@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..network.placement import placer_for
+from ..network.tiers import TokenDispatch
 from ..parallel import Candidate, CandidateArrays, ConfigArrays, LayerConfig
 from ..specs import ClusterSpec, JobSpec, ModelSpec
 from .compute import KernelModel
@@ -105,7 +106,9 @@ class Scenario:
         self.kind_list = list(dict.fromkeys(self.kinds))
         self.kind_index = np.array([self.kind_list.index(k) for k in self.kinds], dtype=np.int64)
         self.kind_count = np.bincount(self.kind_index, minlength=len(self.kind_list)).astype(np.int64)
-        self.placer = placer_for(cluster, model.is_moe)
+        dispatch = (TokenDispatch(model.num_experts, model.experts_per_token)
+                    if model.is_moe and job.moe_dispatcher == "flex" else None)
+        self.placer = placer_for(cluster, model.is_moe, dispatch)
         # the kinds whose weights are GEMMs Transformer Engine runs in FP8 (not the
         # embedding, the output layer or measured layers)
         analytic = isinstance(self.source, AnalyticSource)

@@ -58,13 +58,14 @@ def solve(problem: DPProblem, engine: str = "cpp", threads: int | None = None) -
 
 
 def pipeline_finish(pp: int, vp: int, micro_batches: int, forward_s, recompute_s, backward_s, send_forward_s,
-                    send_backward_s) -> np.ndarray:
+                    send_backward_s, extra_warmup: int = 0) -> np.ndarray:
     """Per pipeline rank, the end of its last task in Megatron-LM's 1F1B (``vp = 1``) or
     interleaved 1F1B order, for per-virtual-stage task and send seconds (``pp x vp``
-    float64 arrays in schedule order): the compiled schedule
+    float64 arrays in schedule order), with ``extra_warmup`` more warm-up forwards per
+    rank (:func:`nest.parallel.warmup`): the compiled schedule
     (:mod:`nest.schedule.step`). ValueError on inconsistent input."""
     return _core().pipeline_finish(pp, vp, micro_batches, forward_s, recompute_s, backward_s, send_forward_s,
-                                   send_backward_s)
+                                   send_backward_s, extra_warmup)
 
 
 def has_openmp() -> bool:

@@ -107,11 +107,16 @@ class DeepSpeed(Framework):
             raise SpecError(f"framework = deepspeed: job.dtype = fp8: DeepSpeed's config has no FP8 training "
                             f"({_V} deepspeed/runtime/precision_config.py: bf16 and fp16); closest expressible: "
                             "dtype=bf16")
-        for switch in ("overlap_param_gather", "tp_comm_overlap"):
+        for switch in ("overlap_param_gather", "tp_comm_overlap", "overlap_moe_expert_parallel_comm"):
             if getattr(job, switch):
                 raise SpecError(f"framework = deepspeed: job.{switch} = True: no DeepSpeed config key has this "
                                 f"meaning ({_V} deepspeed/runtime/zero/config.py); closest expressible: "
                                 f"{switch}=False")
+
+        if job.moe_dispatcher != "alltoall" and model.is_moe:
+            raise SpecError(f"framework = deepspeed: job.moe_dispatcher = {job.moe_dispatcher}: DeepSpeed's MoE "
+                            f"layer sends every routed copy with one all-to-all ({_V} deepspeed/moe/sharded_moe.py "
+                            "_AllToAll); closest expressible: moe_dispatcher=alltoall")
 
     def launch(self, p: PlanReader) -> str:
         """The DeepSpeed config JSON, with the plan's split and degrees in a ``nest``

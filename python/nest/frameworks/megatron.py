@@ -44,7 +44,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import SpecError
-from ..parallel import DEFAULT_ORDER, RECOMPUTE_MODES, SpaceLimits, recompute_modules
+from ..parallel import DEFAULT_ORDER, RECOMPUTE_MODES, SpaceLimits, ep_overlap_allowed, recompute_modules
 from ..specs import JobSpec, ModelSpec
 from .base import Columns, Framework, Rule, expressed_order, narrowed, same_layout
 from .plan_reader import PlanReader
@@ -195,6 +195,11 @@ class Megatron(Framework):
             add("--overlap-param-gather")
         if job.tp_comm_overlap and p.tp > 1:  # without TP there is nothing to overlap
             add("--tp-comm-overlap")
+        # only where Megatron runs (and nest priced) the combined 1F1B: elsewhere the flag
+        # is rejected by TransformerConfig or would change nothing
+        if (job.overlap_moe_expert_parallel_comm and p.architecture()["num_experts"]
+                and ep_overlap_allowed(p.ep, p.pp, p.vp, RECOMPUTE_MODES.index(p.recompute))):
+            add("--overlap-moe-expert-parallel-comm")
         return "\n".join(lines)
 
     @staticmethod
@@ -243,11 +248,16 @@ class Megatron(Framework):
             pattern = [int(i >= m["first_dense_layers"] and (i - m["first_dense_layers"]) % m["moe_layer_interval"] == 0)
                        for i in range(m["num_layers"])]
             add("--moe-layer-freq", "[" + ",".join(map(str, pattern)) + "]")
-            add("--moe-token-dispatcher-type", "alltoall")
+            if p.job_spec.moe_dispatcher == "flex":  # DeepEP (the flag core_v0.14.0 and main both accept)
+                add("--moe-token-dispatcher-type", "flex")
+                add("--moe-enable-deepep")
+            else:
+                add("--moe-token-dispatcher-type", "alltoall")
             add("--moe-grouped-gemm")
             if m["capacity_factor"]:
                 add("--moe-expert-capacity-factor", m["capacity_factor"])
-                add("--moe-pad-expert-input-to-capacity")
+                if p.job_spec.moe_dispatcher != "flex":  # flex does not pad (nest's price neither)
+                    add("--moe-pad-expert-input-to-capacity")
 
     def notes(self, plan: dict) -> list[str]:
         """What the launch needs besides the arguments (environment variables)."""

@@ -215,6 +215,14 @@ class Torchtitan(Framework):
                             f"({_V} torchtitan/config/configs.py CompileConfig); closest expressible: "
                             "tp_comm_overlap=False")
 
+        if job.overlap_moe_expert_parallel_comm or (job.moe_dispatcher != "alltoall" and model.is_moe):
+            switch = ("overlap_moe_expert_parallel_comm = True" if job.overlap_moe_expert_parallel_comm
+                      else f"moe_dispatcher = {job.moe_dispatcher}")
+            raise SpecError(f"framework = torchtitan: job.{switch}: nest launches torchtitan's MoE models with "
+                            f"their default all-to-all token dispatcher and no combined forward-backward schedule "
+                            f"({_V} torchtitan/models/common/token_dispatcher.py); closest expressible: "
+                            "moe_dispatcher=alltoall, overlap_moe_expert_parallel_comm=False")
+
     def splits(self, num_nodes: int, pp: int, vp: int) -> list[tuple[list[int], dict]]:
         """The splits torchtitan can run: ``(nodes per virtual stage, options)`` for every
         first/last-stage weight it accepts (``options``: the ``parallelism`` values that

@@ -28,7 +28,7 @@ placement (:meth:`Placer.floor_terms`). There is one placer per kind of network:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -46,7 +46,7 @@ from .layout import (
     layout_strides,
     reduce_leaders,
 )
-from .tiers import GroupShape, group_shape, pair_tier_floor, ring_floor, ring_link, shape_floor
+from .tiers import GroupShape, TokenDispatch, group_shape, pair_tier_floor, ring_floor, ring_link, shape_floor
 
 
 def _power_of_two(n: int) -> bool:
@@ -127,10 +127,11 @@ class Placer:
     """Prices the communicator groups of layouts on one cluster, with caches.
 
     ``has_experts``: the model has routed experts (otherwise expert-data-parallel groups
-    have nothing to synchronise and cost nothing)."""
+    have nothing to synchronise and cost nothing); ``dispatch``: a flex dispatcher's
+    token routing (:class:`~nest.network.tiers.TokenDispatch`; None: plain all-to-alls)."""
 
-    def __init__(self, cluster: ClusterSpec, has_experts: bool):
-        self.cluster, self.has_experts = cluster, has_experts
+    def __init__(self, cluster: ClusterSpec, has_experts: bool, dispatch: TokenDispatch | None = None):
+        self.cluster, self.has_experts, self.dispatch = cluster, has_experts, dispatch
         self._placements: dict[tuple, Placement] = {}
         self._terms: dict[tuple, tuple] = {}
         self._floors: dict[tuple, object] = {}
@@ -225,8 +226,8 @@ def _strides(degrees: DegreeColumns, any_of):
 class TierPlacer(Placer):
     """Prices on hierarchical tiers (see the module docstring)."""
 
-    def __init__(self, cluster: ClusterSpec, has_experts: bool):
-        super().__init__(cluster, has_experts)
+    def __init__(self, cluster: ClusterSpec, has_experts: bool, dispatch: TokenDispatch | None = None):
+        super().__init__(cluster, has_experts, dispatch)
         self._sizes = cluster.group_sizes()
         self._period = self._sizes[-2] if len(self._sizes) > 1 else 1
         self._shapes: dict[tuple, GroupShape] = {}
@@ -257,7 +258,7 @@ class TierPlacer(Placer):
             tp=tp_shape,
             cp_ring=family("ring", *joint_family(layout, ("cp",))),
             dense_dp=family("shape", *joint_family(layout, ("cp", "dp"))),
-            ep=ep_shape, expert_dp=edp_shape,
+            ep=replace(ep_shape, dispatch=self.dispatch), expert_dp=edp_shape,
             boundary_tiers=boundary_tiers_reduced(layout, self.cluster, self._period),
             tp_inner=all(f == 1 for f in tp_shape.factors[1:]))
 
@@ -305,7 +306,7 @@ class TierPlacer(Placer):
 
     def _shape_floors(self, size, spacing) -> list[np.ndarray]:
         def floor(pair):
-            f = shape_floor(self.cluster, int(pair[0]), int(pair[1]))
+            f = shape_floor(self.cluster, int(pair[0]), int(pair[1]), self.dispatch)
             return (f.rs_alpha, f.rs_beta, f.a2a_alpha, f.a2a_beta)
         return self._lookup(("shape",), np.stack([size, spacing], axis=1), floor, 4)
 
@@ -332,10 +333,10 @@ class TierPlacer(Placer):
 class GraphPlacer(Placer):
     """Prices on a graph (see the module docstring)."""
 
-    def __init__(self, cluster: ClusterSpec, has_experts: bool):
+    def __init__(self, cluster: ClusterSpec, has_experts: bool, dispatch: TokenDispatch | None = None):
         from .graph import network  # scipy and the routing tables only for graph clusters
 
-        super().__init__(cluster, has_experts)
+        super().__init__(cluster, has_experts, None)  # plain all-to-alls (see placer_for)
         self.net = network(cluster.graph, cluster.device_order)
         # per rank, its NVLink domain: the device's host (a device without one shares none)
         attrs = cluster.graph.nodes
@@ -429,6 +430,7 @@ class GraphPlacer(Placer):
         return np.asarray(alpha)[k] + np.asarray(beta)[k] * nbytes
 
 
-def placer_for(cluster: ClusterSpec, has_experts: bool) -> Placer:
-    """The placer of ``cluster``'s kind of network."""
-    return (GraphPlacer if cluster.is_graph else TierPlacer)(cluster, has_experts)
+def placer_for(cluster: ClusterSpec, has_experts: bool, dispatch: TokenDispatch | None = None) -> Placer:
+    """The placer of ``cluster``'s kind of network (graphs price every all-to-all as a
+    plain one: their routing has no notion of a node to deduplicate copies into)."""
+    return (GraphPlacer if cluster.is_graph else TierPlacer)(cluster, has_experts, dispatch)

@@ -31,12 +31,40 @@ from ..specs import ClusterSpec
 
 
 @dataclass(frozen=True)
+class TokenDispatch:
+    """How a flex dispatcher (DeepEP, HybridEP) moves the tokens of an expert-parallel
+    all-to-all: a token goes to each *node* holding one of its ``top_k`` experts once (over
+    the network, to the GPU with its own local index) and is forwarded inside that node
+    over NVLink, instead of one network copy per routed expert (DeepEP README, "internode"
+    kernels: NVLink forwarding of RDMA-received tokens; Megatron-Core
+    ``MoEFlexTokenDispatcher``). Routing is taken as balanced and uniform over the
+    ``experts``, as in the benchmarks that publish these runs (force-balanced routing)."""
+
+    experts: int
+    top_k: int
+
+    def node_ratio(self, nodes: int) -> float:
+        """Network copies per token relative to the plain all-to-all's, in a group over
+        ``nodes`` nodes with ``experts / nodes`` experts each: a node receives the token
+        unless none of its experts is chosen, ``1 - C(E - E/N, k) / C(E, k)``, so the
+        token crosses ``N (1 - C(E - E/N, k) / C(E, k))`` times instead of ``k`` (over
+        the network ``k (N - 1) / N`` against the same fraction of this)."""
+        if nodes <= 1:
+            return 1.0
+        e, k, per_node = self.experts, self.top_k, self.experts / nodes
+        miss = math.prod((e - per_node - i) / (e - i) for i in range(k)) if e - per_node >= k else 0.0
+        return min(1.0, nodes * (1.0 - miss) / k)
+
+
+@dataclass(frozen=True)
 class GroupShape:
     """How a communicator group spreads over the tiers (see the module docstring)."""
 
     factors: tuple[int, ...]  # one per tier, product = group size
     bandwidth: tuple[float, ...]  # effective bytes/s per tier
     latency: tuple[float, ...]  # seconds per tier
+    # an expert-parallel group whose all-to-alls a flex dispatcher runs (None: plain)
+    dispatch: TokenDispatch | None = None
 
     @property
     def size(self) -> int:
@@ -62,14 +90,21 @@ class GroupShape:
 
         A rank sends ``1/size`` of its bytes to every member; the share crossing tier ``t``
         goes over that tier's link, and links of different tiers work in parallel, so the
-        slowest tier sets the time.
+        slowest tier sets the time. Under a flex dispatcher (:attr:`dispatch`) the shares
+        beyond the node (tier 0) carry :meth:`TokenDispatch.node_ratio` of the copies,
+        while NVLink carries every copy not received by the GPU it lands on: ``(f0 - 1) /
+        f0`` of them, ``f0`` the group's ranks per node.
         """
         size = self.size
         alpha = beta = 0.0
         inner = 1
-        for factor, bandwidth, latency in zip(self.factors, self.bandwidth, self.latency):
+        ratio = 1.0 if self.dispatch is None else self.dispatch.node_ratio(size // self.factors[0])
+        for t, (factor, bandwidth, latency) in enumerate(zip(self.factors, self.bandwidth, self.latency)):
             if factor > 1:
-                beta = max(beta, (factor - 1) * inner / size / bandwidth)
+                share = (factor - 1) * inner / size
+                if self.dispatch is not None:
+                    share = (factor - 1) / factor if t == 0 else share * ratio
+                beta = max(beta, share / bandwidth)
                 alpha = max(alpha, latency)
             inner *= factor
         return alpha, beta
@@ -190,7 +225,9 @@ class ShapeFloor:
     a2a_beta: float
 
 
-def shape_floor(cluster: ClusterSpec, size: int, spacing: int) -> ShapeFloor:
+def shape_floor(cluster: ClusterSpec, size: int, spacing: int, dispatch: TokenDispatch | None = None) -> ShapeFloor:
+    """:class:`ShapeFloor` of groups of ``size`` ranks at least ``spacing`` apart (their
+    all-to-alls run by ``dispatch``)."""
     bandwidth = tuple(t.effective_bandwidth for t in cluster.tiers)
     latency = tuple(t.latency for t in cluster.tiers)
     sizes = cluster.group_sizes()
@@ -214,7 +251,7 @@ def shape_floor(cluster: ClusterSpec, size: int, spacing: int) -> ShapeFloor:
             shapes.append(tuple(size if u == t else 1 for u in range(len(fanouts))))
     if not shapes:  # a group cannot exist in this cluster: no bound beyond zero
         return ShapeFloor(0.0, 0.0, 0.0, 0.0)
-    groups = [GroupShape(f, bandwidth, latency) for f in shapes]
+    groups = [GroupShape(f, bandwidth, latency, dispatch) for f in shapes]
     rs = [g.reduce_scatter_terms() for g in groups]
     a2a = [g.all_to_all_terms() for g in groups]
     return ShapeFloor(min(a for a, _ in rs), min(b for _, b in rs), min(a for a, _ in a2a),

@@ -16,25 +16,37 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..parallel import warmup
 from .order import device_ops
 
 
-def live_counts(device: int, pp: int, vp: int, micro_batches: int) -> np.ndarray:
+def live_counts(device: int, pp: int, vp: int, micro_batches: int, extra: int = 0) -> np.ndarray:
     """``[operations, vp]``: micro-batches each chunk of ``device`` holds after each of
-    its operations, in order (read-only; cached with every rank of its schedule)."""
-    return _schedule_counts(pp, vp, micro_batches)[device]
+    its operations, in order (read-only; cached with every rank of its schedule).
+
+    ``extra = 1`` is Megatron's combined 1F1B (:func:`~nest.parallel.warmup`): one more
+    warm-up forward, then every steady forward runs *together* with a backward, layer by
+    layer (the forward's layer ``i`` with the backward's layer ``L - 1 - i``), so what the
+    forward adds the backward frees as it goes. Such a pair counts as one operation: no
+    row after its forward alone (the one layer both hold at once is
+    :meth:`~nest.cost.pricing.Priced.pair_transient`)."""
+    return _schedule_counts(pp, vp, micro_batches, extra)[device]
 
 
 @lru_cache(maxsize=32)
-def _schedule_counts(pp: int, vp: int, micro_batches: int) -> tuple[np.ndarray, ...]:
+def _schedule_counts(pp: int, vp: int, micro_batches: int, extra: int) -> tuple[np.ndarray, ...]:
     """:func:`live_counts` of every rank of one schedule shape (cached by shape: a peak
     needs all ranks, and the search checks the plans it keeps on a few shapes)."""
     ranks = []
     for device in range(pp):
-        forward, chunk, _ = device_ops(device, pp, vp, micro_batches)
+        forward, chunk, _ = device_ops(device, pp, vp, micro_batches, extra)
         onehot = np.zeros((len(chunk), vp), dtype=np.int32)
         onehot[np.arange(len(chunk)), chunk] = np.where(forward, 1, -1)
         counts = np.cumsum(onehot, axis=0, dtype=np.int32)
+        if extra:
+            w = warmup(device, pp, vp, micro_batches, extra)
+            paired_forward = np.arange(w, len(chunk) - w, 2)
+            counts = np.delete(counts, paired_forward, axis=0)
         counts.flags.writeable = False
         ranks.append(counts)
     return tuple(ranks)
@@ -51,24 +63,26 @@ class LiveSummary:
 
 
 @lru_cache(maxsize=1024)
-def live_summary(pp: int, vp: int, micro_batches: int) -> LiveSummary:
+def live_summary(pp: int, vp: int, micro_batches: int, extra: int = 0) -> LiveSummary:
     """:class:`LiveSummary` of the schedule (cached: it depends on nothing else)."""
     total, per_chunk = np.zeros(pp, dtype=np.int64), np.zeros((pp, vp), dtype=np.int64)
     for d in range(pp):
-        counts = live_counts(d, pp, vp, micro_batches)
+        counts = live_counts(d, pp, vp, micro_batches, extra)
         total[d] = counts.sum(axis=1).max()
         per_chunk[d] = counts.max(axis=0)
     return LiveSummary(total, per_chunk)
 
 
-def peak_activations(pp: int, vp: int, micro_batches: int, chunk_bytes) -> tuple[np.ndarray, np.ndarray]:
+def peak_activations(pp: int, vp: int, micro_batches: int, chunk_bytes, extra: int = 0
+                     ) -> tuple[np.ndarray, np.ndarray]:
     """Per rank, the peak of live activation bytes and the micro-batches each of its
     chunks holds at that peak (``[pp]``, ``[pp, vp]``). ``chunk_bytes[q]`` is one
-    micro-batch of virtual stage ``q`` (chunk ``q // pp`` of rank ``q % pp``)."""
+    micro-batch of virtual stage ``q`` (chunk ``q // pp`` of rank ``q % pp``); ``extra``
+    warm-up forwards as :func:`live_counts`."""
     per = np.asarray(chunk_bytes, dtype=np.float64).reshape(vp, pp).T  # [rank, chunk]
     peaks, at_peak = np.zeros(pp), np.zeros((pp, vp), dtype=np.int64)
     for d in range(pp):
-        counts = live_counts(d, pp, vp, micro_batches)
+        counts = live_counts(d, pp, vp, micro_batches, extra)
         live = counts @ per[d]
         t = int(np.argmax(live))
         peaks[d], at_peak[d] = live[t], counts[t]
@@ -125,12 +139,13 @@ def device_memory(priced, n: int, layers_per_stage) -> list[DeviceMemory]:
     starts = np.concatenate(([0], ends[:-1]))
     per_stage = {k: np.add.reduceat(v, starts) for k, v in parts.items()}
     micro = int(priced.micro_batches()[n])
-    peaks, at_peak = peak_activations(pp, vp, micro, per_stage["acts"])
+    peaks, at_peak = peak_activations(pp, vp, micro, per_stage["acts"], int(priced.extra_warmup()[n]))
     rank_of = np.arange(pp * vp) % pp
     out = []
     for d in range(pp):
         mine = rank_of == d
-        transient = float(table.transient[config]) + (float(table.last_transient[config]) if d == pp - 1 else 0.0)
+        transient = (float(table.transient[config]) + float(priced.pair_transient()[n])
+                     + (float(table.last_transient[config]) if d == pp - 1 else 0.0))
         out.append(DeviceMemory(d, float(per_stage["weights"][mine].sum()), float(per_stage["gradients"][mine].sum()),
                                 float(per_stage["optimizer"][mine].sum()), float(peaks[d]),
                                 tuple(int(x) for x in at_peak[d]), transient, float(scn.reserve_bytes),

@@ -9,21 +9,24 @@ per chunk is ``p``, Megatron's default ``microbatch_group_size_per_vp_stage``), 
 virtual micro-batch ``k`` is chunk ``(k mod p v) // p`` of micro-batch
 ``(k // p v) p + k mod p`` (chunks taken in reverse for the backwards). The compiled
 schedule (``cpp/schedule.cpp``) walks the same order.
+
+``extra`` warm-up forwards (0 or 1) are Megatron's combined 1F1B under
+``--overlap-moe-expert-parallel-comm``: one more warm-up forward, so that every forward
+of the steady state runs together with an independent backward
+(``get_pp_rank_microbatches``; with ``p = 1``, ``combined_1f1b_schedule_for_no_pipelining``
+runs the first forward alone, then each forward with the previous micro-batch's
+backward).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-
-def warmup(device: int, pp: int, vp: int, micro_batches: int) -> int:
-    """Warm-up forwards of ``device`` (``get_pp_rank_microbatches``)."""
-    if vp == 1:
-        return min(pp - device - 1, micro_batches)
-    return min(2 * (pp - device - 1) + (vp - 1) * pp, micro_batches * vp)
+from ..parallel import warmup
 
 
-def device_ops(device: int, pp: int, vp: int, micro_batches: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def device_ops(device: int, pp: int, vp: int, micro_batches: int, extra: int = 0
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``device``'s order as arrays: ``(forward?, chunk, micro-batch)`` per operation
     (chunk ``c`` of device ``d`` is virtual stage ``c p + d``)."""
     if vp > 1 and micro_batches % pp:
@@ -37,7 +40,7 @@ def device_ops(device: int, pp: int, vp: int, micro_batches: int) -> tuple[np.nd
         chunk_f = (k % (pp * vp)) // pp
         chunk_b = vp - 1 - chunk_f
         micro = (k // (pp * vp)) * pp + k % pp
-    w = warmup(device, pp, vp, micro_batches)
+    w = warmup(device, pp, vp, micro_batches, extra)
     steady = total - w
     # positions: warm-up forwards, (forward, backward) pairs, the drained backwards
     forward = np.concatenate((np.ones(w, bool), np.tile([True, False], steady), np.zeros(w, bool)))
@@ -47,9 +50,9 @@ def device_ops(device: int, pp: int, vp: int, micro_batches: int) -> tuple[np.nd
     return forward, chunk, micro[index]
 
 
-def as_tuples(device: int, pp: int, vp: int, micro_batches: int) -> list[tuple[str, int, int]]:
+def as_tuples(device: int, pp: int, vp: int, micro_batches: int, extra: int = 0) -> list[tuple[str, int, int]]:
     """``device``'s order as ``(F|B, virtual stage, micro-batch)`` tuples."""
-    forward, chunk, micro = device_ops(device, pp, vp, micro_batches)
+    forward, chunk, micro = device_ops(device, pp, vp, micro_batches, extra)
     return [("F" if f else "B", int(c) * pp + device, int(j)) for f, c, j in zip(forward, chunk, micro)]
 
 

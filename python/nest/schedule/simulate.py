@@ -159,9 +159,10 @@ class SimResult:
 
 def simulate_schedule(stages: Sequence[StageTasks], pp: int, micro_batches: int,
                       end_tasks: Sequence[Sequence[EndTask]] | None = None,
-                      closed_form_s: float | None = None) -> SimResult:
+                      closed_form_s: float | None = None, extra_warmup: int = 0) -> SimResult:
     """Run one step of the pipeline ``stages`` (``pp x vp`` virtual stages, virtual stage
-    ``q`` on rank ``q mod pp``) for ``micro_batches`` micro-batches.
+    ``q`` on rank ``q mod pp``) for ``micro_batches`` micro-batches, with
+    ``extra_warmup`` more warm-up forwards per rank (:func:`~nest.parallel.warmup`).
 
     ``end_tasks[d]`` run on rank ``d`` after its last pipeline task. Raises ValueError
     on inconsistent sizes (or a deadlocked order, which would be a bug).
@@ -170,7 +171,7 @@ def simulate_schedule(stages: Sequence[StageTasks], pp: int, micro_batches: int,
     if pp < 1 or n_virtual % pp or micro_batches < 1:
         raise ValueError(f"{n_virtual} virtual stages, pp = {pp}, {micro_batches} micro-batches")
     vp = n_virtual // pp
-    orders = [as_tuples(d, pp, vp, micro_batches) for d in range(pp)]
+    orders = [as_tuples(d, pp, vp, micro_batches, extra_warmup) for d in range(pp)]
     arrival = {}  # ("F"|"B", q, j) -> time the task's output is available to its consumer
     done = {}  # ("F"|"B", q, j) -> end of the compute task
     free = [0.0] * pp  # device
@@ -300,7 +301,7 @@ def simulate_candidate(scn: Scenario, cand: Candidate, layers_per_stage: Sequenc
     if pad:
         stages = pad_to_closed_form(stages)
     result = simulate_schedule(stages, cand.pp, scn.micro_batches(cand), tasks.end_tasks(0, layers, sync),
-                               closed_form_s)
+                               closed_form_s, int(tasks.priced.extra_warmup()[0]))
     return replace(result, labels=tuple(f"stage {d}" for d in range(cand.pp)))
 
 

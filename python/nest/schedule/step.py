@@ -67,18 +67,21 @@ class StepTiming:
 
 
 def step_timing(stages: Sequence[StageTasks], pp: int, micro_batches: int,
-                ends: Sequence[Sequence[EndTask]] | None = None, engine: str = "cpp") -> StepTiming:
+                ends: Sequence[Sequence[EndTask]] | None = None, engine: str = "cpp",
+                extra_warmup: int = 0) -> StepTiming:
     """Run ``stages`` (``pp x vp`` virtual stages in schedule order) for ``micro_batches``
-    micro-batches, then each rank's ``ends``. ``engine="cpp"`` uses the compiled
+    micro-batches, then each rank's ``ends``; ``extra_warmup`` more warm-up forwards per
+    rank (:func:`~nest.parallel.warmup`). ``engine="cpp"`` uses the compiled
     schedule, ``"python"`` the event-driven simulator. ValueError on inconsistent input."""
     stages = tuple(stages)
     if pp < 1 or not stages or len(stages) % pp:
         raise ValueError(f"{len(stages)} virtual stages, pp = {pp}: needs a positive multiple of pp")
     if engine == "python":
-        sim = simulate_schedule(stages, pp, micro_batches)
+        sim = simulate_schedule(stages, pp, micro_batches, extra_warmup=extra_warmup)
         finish = [max((e.end_s for e in row), default=0.0) for row in sim.timelines]
     elif engine == "cpp":
-        finish = _compiled_finish(pp, micro_batches, {name: [getattr(s, name) for s in stages] for name in _TIMES})
+        finish = _compiled_finish(pp, micro_batches, {name: [getattr(s, name) for s in stages] for name in _TIMES},
+                                  extra_warmup)
     else:
         raise ValueError(f"unknown engine {engine!r}; expected one of {', '.join(engines.ENGINES)}")
     runs = run_end_tasks(finish, ends)
@@ -91,7 +94,7 @@ def batch_timing(tasks: BatchTasks, n: int, layers_per_stage: Sequence[int], eng
     layers = [int(x) for x in layers_per_stage]
     pp = int(tasks.priced.cands.pp[n])
     return step_timing(tasks.stage_tasks(n, layers), pp, int(tasks.priced.micro_batches()[n]),
-                       tasks.end_tasks(n, layers), engine)
+                       tasks.end_tasks(n, layers), engine, int(tasks.priced.extra_warmup()[n]))
 
 
 def batch_step_s(tasks: BatchTasks, n: int, layers_per_stage: Sequence[int], engine: str = "cpp") -> float:
@@ -100,7 +103,8 @@ def batch_step_s(tasks: BatchTasks, n: int, layers_per_stage: Sequence[int], eng
     if engine == "python":
         return batch_timing(tasks, n, layers_per_stage, engine).step_s
     pp = int(tasks.priced.cands.pp[n])
-    finish = _compiled_finish(pp, int(tasks.priced.micro_batches()[n]), tasks.stage_columns(n, layers_per_stage))
+    finish = _compiled_finish(pp, int(tasks.priced.micro_batches()[n]), tasks.stage_columns(n, layers_per_stage),
+                              int(tasks.priced.extra_warmup()[n]))
     runs = run_end_tasks(finish, tasks.end_tasks(n, layers_per_stage))
     return max(_done(f, r) for f, r in zip(finish, runs))
 
@@ -119,11 +123,11 @@ def candidate_step_s(scn: Scenario, cand: Candidate, layers_per_stage: Sequence[
 _TIMES = ("forward_s", "recompute_s", "backward_s", "send_forward_s", "send_backward_s")
 
 
-def _compiled_finish(pp: int, micro_batches: int, columns) -> list[float]:
+def _compiled_finish(pp: int, micro_batches: int, columns, extra_warmup: int = 0) -> list[float]:
     """Per rank, the end of its last pipeline task: the compiled schedule of the
     per-stage times in ``columns`` (a mapping with the :data:`_TIMES` keys)."""
     times = [np.ascontiguousarray(columns[name], dtype=np.float64) for name in _TIMES]
-    return engines.pipeline_finish(pp, len(times[0]) // pp, micro_batches, *times).tolist()
+    return engines.pipeline_finish(pp, len(times[0]) // pp, micro_batches, *times, extra_warmup).tolist()
 
 
 def _done(finish: float, runs) -> float:

@@ -64,7 +64,9 @@ def _live(pp: np.ndarray, vp: np.ndarray, micro: np.ndarray, owner: np.ndarray, 
     Megatron's order: the warm-up forwards plus one, ``min(p - d, m)`` without
     interleaving, ``min(2 (p - d - 1) + (v - 1) p + 1, m v)`` with it (what
     :func:`~nest.schedule.memory.live_summary` replays, checked against it in
-    tests/test_peak_memory.py; the output layer's chunk holds one micro-batch at most)."""
+    tests/test_peak_memory.py; the output layer's chunk holds one micro-batch at most).
+    The combined 1F1B of EP overlap holds as many: its extra warm-up forward stands for
+    the steady forward it then runs together with a backward."""
     p, v, m = pp[owner], vp[owner], micro[owner]
     one_f_one_b = np.minimum(p - device, m)
     interleaved = np.minimum(2 * (p - device - 1) + (v - 1) * p + 1, m * v)
@@ -129,7 +131,7 @@ def dp_rows(priced: Priced) -> dict[str, np.ndarray]:
         "mem_params": mem_params,
         "act_bytes": act_bytes,
         "send_ps": np.ascontiguousarray(send),
-        "mem_fixed": (scn.reserve_bytes + table.transient[cands.config]).astype(np.float64),
+        "mem_fixed": (scn.reserve_bytes + table.transient[cands.config] + priced.pair_transient()).astype(np.float64),
         "mem_per_param": v.astype(np.float64),
         "g0": sync["fixed_s"] * PS,
         "g1": v.astype(np.float64),

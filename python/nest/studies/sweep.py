@@ -83,14 +83,14 @@ from ..inputs.loading import load_cluster, load_model
 from ..planner import plan
 from ..presets.clusters import CLUSTERS
 from ..report.progress import Progress
-from ..specs import FRAMEWORKS, OVERLAP_SWITCHES
+from ..specs import FRAMEWORKS, MOE_DISPATCHERS, OVERLAP_SWITCHES
 from ..units import GiB
 from .journal import Journal, journal_path, read_journal, write_table
 from .sweep_plot import sweep_plot
 
 _GRID_KEYS = {"models", "clusters", "bandwidth_multipliers", "oversubscription", "memory_GiB",
               "jobs", "price_per_device_hour", "plot", "name"}
-_JOB_KEYS = {"global_batch", "seq_len", "dtype", "framework", *OVERLAP_SWITCHES}
+_JOB_KEYS = {"global_batch", "seq_len", "dtype", "framework", "moe_dispatcher", *OVERLAP_SWITCHES}
 
 MAX_SCENARIOS = 1_000_000
 """Most scenarios one grid may expand to (a million plans is hours of CPU; beyond that a
@@ -242,6 +242,9 @@ def expand_grid(grid, framework: str | None = None) -> list[Scenario]:
         if "framework" in job and job["framework"] not in FRAMEWORKS:
             raise SpecError(f"grid.jobs[{j}].framework = {short_repr(job['framework'])}: must be one of "
                             f"{', '.join(FRAMEWORKS)}")
+        if "moe_dispatcher" in job and job["moe_dispatcher"] not in MOE_DISPATCHERS:
+            raise SpecError(f"grid.jobs[{j}].moe_dispatcher = {short_repr(job['moe_dispatcher'])}: must be one of "
+                            f"{', '.join(MOE_DISPATCHERS)}")
         for key in OVERLAP_SWITCHES:
             if key in job and not isinstance(job[key], bool):
                 raise SpecError(f"grid.jobs[{j}].{key} = {short_repr(job[key])}: must be true or false")
@@ -348,6 +351,7 @@ def build_inputs(params: dict):
         spec = params["job"]
         job = job_spec(model, global_batch=spec.get("global_batch"), seq_len=spec.get("seq_len"),
                        dtype=spec.get("dtype", "bf16"), framework=spec.get("framework", "any"),
+                       moe_dispatcher=spec.get("moe_dispatcher", "alltoall"),
                        **{key: spec[key] for key in OVERLAP_SWITCHES if key in spec})
     return model, cluster, job
 
@@ -372,7 +376,7 @@ def _flat_params(params: dict) -> dict:
     job = params.get("job") or {}
     row["global_batch"] = job.get("global_batch")
     row["seq_len"] = job.get("seq_len")
-    for key in ("dtype", "framework"):
+    for key in ("dtype", "framework", "moe_dispatcher"):
         if key in job:
             row[key] = job[key]
     for key in OVERLAP_SWITCHES:
