@@ -38,6 +38,11 @@ MLM_GPT7B = ModelSpec(name="mlm-gpt3-7b-test", num_layers=32, hidden=4096, num_h
 FP8_CS = dict(dtype="fp8", fp8_param_gather=True, optimizer=OptimizerSpec.of("adam", "bf16", "fp32"),
               overlap_grad_reduce=True, overlap_param_gather=True)
 BRIDGE = "https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/main/docs/performance-summary.md"
+# Megatron-Core's MoE model zoo: 256 H100 with 8x50 GB/s InfiniBand, BF16, the benchmarking
+# config model_configs/benchmarking/Qwen3-235B-A22B.yaml (distributed optimizer, overlapped
+# gradient reduction and weight gather, dropless) at e865051.
+ZOO_QWEN3 = "yanring/Megatron-MoE-ModelZoo best_practice/qwen3/readme.md (H100 table, e865051)"
+ZOO_JOB = dict(overlap_grad_reduce=True, overlap_param_gather=True, moe_dispatcher="flex")
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,19 @@ RUNS = [
         dict(FP8_CS, moe_dispatcher="flex", overlap_moe_expert_parallel_comm=True), tokens_per_gpu_s=1297,
         notes="selective recomputation (mla_up_proj, mlp in the v0.2.0 preset; nest's selective is core "
               "attention only); FP8-CS assumed; DeepEP dispatcher and EP overlap in the v0.2.0 preset"),
+    Run("zoo-q3-235b-ep32-h100", ZOO_QWEN3 + " (cross-node EP, 19.7 s)", MODELS["qwen3-235b-a22b"], 256, 4096, 2048,
+        dict(tp=2, pp=8, vp=4, dp=16, ep=32, micro_batch=1, sp=True, zero=1, recompute="layernorm,moe_act"),
+        dict(ZOO_JOB), tokens_per_gpu_s=2048 * 4096 / (19.7 * 256),
+        notes="BF16, DeepEP (flex), recompute norm and act (layernorm,moe_act); step time as published"),
+    Run("zoo-q3-235b-ep32-overlap-h100", ZOO_QWEN3 + " (cross-node EP, +1f1b overlap, 17.6 s)",
+        MODELS["qwen3-235b-a22b"], 256, 4096, 2048,
+        dict(tp=2, pp=8, vp=4, dp=16, ep=32, micro_batch=1, sp=True, zero=1, recompute="layernorm,moe_act"),
+        dict(ZOO_JOB, overlap_moe_expert_parallel_comm=True), tokens_per_gpu_s=2048 * 4096 / (17.6 * 256),
+        notes="the run above with the 1F1B EP overlap (A2A_OVERLAP=1)"),
+    Run("zoo-q3-235b-ep8-fsdp-h100", ZOO_QWEN3 + " (intra-node EP, FSDP, 17.6 s)", MODELS["qwen3-235b-a22b"], 256,
+        4096, 2048, dict(tp=2, pp=1, dp=128, ep=8, micro_batch=4, sp=True, zero=3, recompute="full"),
+        dict(ZOO_JOB), tokens_per_gpu_s=2048 * 4096 / (17.6 * 256),
+        notes="Megatron-FSDP (ZeRO-3), full recomputation, micro-batch 4"),
     Run("ps2606-h100-l3-70b-sft", BRIDGE + " (26.06, H100 SFT)", MODELS["llama3-70b"], 32, 4096, 32,
         dict(tp=4, pp=4, vp=5, dp=2, micro_batch=1, sp=True, zero=1, recompute="none"), FP8_CS,
         tokens_per_gpu_s=1638),
