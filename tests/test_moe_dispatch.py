@@ -269,3 +269,4 @@ def test_flex_is_priced_as_plain_on_graphs_and_unchanged_for_dense_models():
     graph = replace(graph, device=replace(graph.device, memory_bytes=1e15))
     assert (nest.evaluate(QWEN, graph, replace(job, moe_dispatcher="flex"), **EP16).step_time_s
             == nest.evaluate(QWEN, graph, job, **EP16).step_time_s)
+

@@ -42,6 +42,7 @@ from .dp.problem import DPProblem
 from .dp.reference import stage_details
 from .network.layout import Layout, RankPlacement, rank_placement
 from .parallel import Candidate
+from .presets.published import PublishedRun, best_published
 from .schedule.memory import DeviceMemory, device_memory
 from .schedule.step import StepTiming, batch_timing
 from .schedule.tasks import BatchTasks
@@ -95,6 +96,18 @@ class Plan:
     closed_form_step_time_s: float | None = None
     # per pipeline rank, its memory at its activation peak (nest.schedule.memory)
     memory: tuple[DeviceMemory, ...] = ()
+    # model FLOPs (forward and backward, no recomputation) per second and device, in TFLOP/s
+    model_tflops_per_device: float = 0.0
+
+    @property
+    def published_reference(self) -> PublishedRun | None:
+        """The fastest published run of the plan's device family, model class and dtype
+        (:mod:`nest.presets.published`), which the report holds the plan against; None
+        without one or without model FLOPs (measured layers)."""
+        if not self.model_tflops_per_device:
+            return None
+        moe = self.model.get("active_parameters", 0) < self.model.get("parameters", 0)
+        return best_published(self.cluster.get("device", ""), moe, self.job.get("dtype", "bf16"))
 
     @property
     def peak_memory(self) -> DeviceMemory | None:
@@ -110,6 +123,9 @@ class Plan:
             "closed_form_step_time_s": self.closed_form_step_time_s,
             "throughput_tokens_per_s": self.throughput_tokens_per_s,
             "mfu": self.mfu,
+            "model_tflops_per_device": self.model_tflops_per_device,
+            "published_reference": None if (ref := self.published_reference) is None else {
+                "tflops_per_device": ref.tflops_per_gpu, "run": ref.run, "source": ref.source},
             "devices_used": self.devices_used,
             "memory_per_device_bytes": {"max": self.memory_max_bytes,
                                         "capacity": self.memory_capacity_bytes},
@@ -167,6 +183,7 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
         closed_form_step_time_s=closed_form,
         throughput_tokens_per_s=scn.job.tokens / step,
         mfu=flops / (step * used * scn.peak_flops),
+        model_tflops_per_device=flops / (step * used) / 1e12,
         devices_used=used,
         memory_max_bytes=max(d.total for d in memory),
         memory=memory,

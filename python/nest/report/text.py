@@ -53,6 +53,19 @@ def _memory_parts(plan: Plan) -> str:
             f"reserve {peak.reserve / GiB:.2f} GiB")
 
 
+def _plausibility(plan: Plan) -> str:
+    """The plan's model TFLOP/s per device next to the fastest published run of its kind."""
+    ref = plan.published_reference
+    if ref is None:
+        return ""
+    moe = "MoE" if ref.moe else "dense"
+    line = (f"   ({plan.model_tflops_per_device:.0f} model TFLOP/s per device; fastest published {moe} "
+            f"{ref.dtype} run on {ref.family.upper()}: {ref.tflops_per_gpu:.0f}, {ref.run}")
+    if plan.model_tflops_per_device > ref.tflops_per_gpu:
+        line += f"; this plan is {plan.model_tflops_per_device / ref.tflops_per_gpu:.2f}x that: optimistic"
+    return line + ")"
+
+
 def render(plan: Plan) -> str:
     """A multi-line text report of ``plan``."""
     p = plan.parallelism
@@ -73,7 +86,7 @@ def render(plan: Plan) -> str:
            else f"   (exact schedule; the stage DP's closed form of this split: {plan.closed_form_step_time_s:.4f} s)"),
         f"throughput    {plan.throughput_tokens_per_s:10.0f} tokens/s "
         f"({plan.throughput_tokens_per_s / plan.devices_used:.0f} per device)",
-        f"MFU           {100 * plan.mfu:10.1f} %",
+        f"MFU           {100 * plan.mfu:10.1f} %" + _plausibility(plan),
         f"memory        {plan.memory_max_bytes / GiB:10.1f} GiB of {plan.memory_capacity_bytes / GiB:.1f} "
         "GiB per device" + _memory_parts(plan),
         "",
