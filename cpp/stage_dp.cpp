@@ -768,6 +768,8 @@ int max_threads() {
 #endif
 }
 
+int default_threads(double work) { return work < static_cast<double>(kSerialWork) ? 1 : max_threads(); }
+
 void solve(const Problem& pb, int threads, Result& result) {
     check_values(pb);
     const ConfigTables tables = build_tables(pb);
@@ -783,7 +785,9 @@ void solve(const Problem& pb, int threads, Result& result) {
     result.best = -1;
     if (N == 0) return;
 
-    int nthreads = threads > 0 ? threads : max_threads();
+    const int64_t L = pb.time_ps.shape[1];
+    const double work = static_cast<double>(total) * static_cast<double>(L) * static_cast<double>(L);  // the DP's cells
+    int nthreads = threads > 0 ? threads : default_threads(work);
     if (nthreads > N) nthreads = static_cast<int>(N);
     if (nthreads < 1) nthreads = 1;
 

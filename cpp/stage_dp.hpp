@@ -39,6 +39,10 @@
 namespace nest {
 
 constexpr int64_t kChunk = 32;  // candidates solved between two incumbent updates
+// Below this many (stage position x node x node) cells in a batch, the default thread
+// count solves it on one thread: about 3 ms of work on one core, less than what waking a
+// team and its barriers can cost on a machine whose cores are busy with other processes.
+constexpr int64_t kSerialWork = 2000000;
 constexpr int64_t kSolved = 0;
 constexpr int64_t kInfeasible = 1;
 constexpr int64_t kPruned = 2;
@@ -99,11 +103,16 @@ void validate(const Problem& problem);
 int64_t sync_time(double g0, double g1, int64_t params);
 
 // Validate, then solve every candidate with chunked lower-bound pruning. threads <= 0
-// means the OpenMP default. The result does not depend on the thread count.
+// means the OpenMP default, or one thread for a batch below kSerialWork (default_threads).
+// The result does not depend on the thread count.
 void solve(const Problem& problem, int threads, Result& result);
 
 // Whether the library was built with OpenMP, and the default thread count (1 without).
 bool has_openmp();
 int max_threads();
+
+// The threads solve() uses for `threads` <= 0 on a batch of `work` cells (stage positions
+// x nodes^2 summed over its candidates): 1 below kSerialWork, else max_threads().
+int default_threads(double work);
 
 }  // namespace nest

@@ -145,4 +145,6 @@ PYBIND11_MODULE(_core, m) {
           "per-virtual-stage times in seconds (float64). Raises ValueError on bad input.");
     m.def("has_openmp", &nest::has_openmp, "Whether the core was compiled with OpenMP.");
     m.def("max_threads", &nest::max_threads, "Default thread count of the core (1 without OpenMP).");
+    m.def("default_threads", &nest::default_threads, py::arg("work"),
+          "Threads solve() uses by default on a batch of `work` DP cells (1 for small batches).");
 }

@@ -25,6 +25,7 @@ the data x context ranks, experts over their expert-data-parallel group.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -300,19 +301,23 @@ class Priced:
         """Micro-batches per replica and step of every candidate."""
         return self.scn.job.micro_batches(self.cands.dp, self.table.arrays.micro_batch[self.cands.config])
 
+    @cached_property
     def extra_warmup(self) -> np.ndarray:
         """Per candidate, the warm-up forwards its schedule adds (1 where EP overlap runs
         Megatron's combined 1F1B: :func:`ep_overlapped`)."""
         return ep_overlapped(self.scn, self.table, self.cands).astype(np.int64)
 
+    @cached_property
     def pair_transient(self) -> np.ndarray:
         """Per candidate, the bytes a combined 1F1B holds beyond its live micro-batches:
         one transformer layer's activations, the forward's layer allocated before the
         backward's layer is freed (:func:`nest.schedule.memory.live_counts`); 0 without
         EP overlap."""
+        paired = self.extra_warmup > 0
         blocks = np.isin(np.asarray(self.scn.kind_list), (BLOCK, MOE))
-        acts = self.col("act_bytes")[:, blocks] if blocks.any() else np.zeros((len(self), 1), dtype=np.int64)
-        return np.where(self.extra_warmup() > 0, acts.max(axis=1), 0).astype(np.int64)
+        if not (paired.any() and blocks.any()):
+            return np.zeros(len(self), dtype=np.int64)
+        return np.where(paired, self.col("act_bytes")[:, blocks].max(axis=1), 0).astype(np.int64)
 
 
 def price(scn: Scenario, table: ConfigTable, cands: CandidateArrays) -> Priced:

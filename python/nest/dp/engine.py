@@ -11,6 +11,8 @@ Two engines solve exactly the same problem and return identical arrays:
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from . import reference as dp_reference
@@ -21,7 +23,13 @@ ENGINES = ("cpp", "python")
 
 
 def _core():
-    """The compiled module, with a clear error if the package was not built."""
+    """The compiled module, with a clear error if the package was not built.
+
+    Its OpenMP threads wait passively (``OMP_WAIT_POLICY=PASSIVE`` unless the user set a
+    policy): libgomp reads the variable when the core loads it, and spinning threads at a
+    barrier take cores from the thread they wait for, and from other processes, whenever
+    the machine is busy."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         from .. import _core
     except ImportError as error:  # pragma: no cover - only without a build
@@ -74,6 +82,18 @@ def has_openmp() -> bool:
         return bool(_core().has_openmp())
     except ImportError:
         return False
+
+
+def default_threads(problem: DPProblem) -> int:
+    """Threads the C++ engine solves ``problem`` with when none are asked for: one for a
+    batch of fewer than two million DP cells (stage positions x nodes^2), whose parallel
+    run costs more than it saves when other processes keep the cores busy; else
+    :func:`available_threads`."""
+    nodes = problem.time_ps.shape[1]
+    try:
+        return int(_core().default_threads(float(len(problem.pos_inflight)) * nodes * nodes))
+    except ImportError:
+        return 1
 
 
 def available_threads() -> int:

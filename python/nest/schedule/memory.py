@@ -29,7 +29,7 @@ def live_counts(device: int, pp: int, vp: int, micro_batches: int, extra: int = 
     layer (the forward's layer ``i`` with the backward's layer ``L - 1 - i``), so what the
     forward adds the backward frees as it goes. Such a pair counts as one operation: no
     row after its forward alone (the one layer both hold at once is
-    :meth:`~nest.cost.pricing.Priced.pair_transient`)."""
+    :attr:`~nest.cost.pricing.Priced.pair_transient`)."""
     return _schedule_counts(pp, vp, micro_batches, extra)[device]
 
 
@@ -139,13 +139,14 @@ def device_memory(priced, n: int, layers_per_stage) -> list[DeviceMemory]:
     starts = np.concatenate(([0], ends[:-1]))
     per_stage = {k: np.add.reduceat(v, starts) for k, v in parts.items()}
     micro = int(priced.micro_batches()[n])
-    peaks, at_peak = peak_activations(pp, vp, micro, per_stage["acts"], int(priced.extra_warmup()[n]))
+    peaks, at_peak = peak_activations(pp, vp, micro, per_stage["acts"], int(priced.extra_warmup[n]))
     rank_of = np.arange(pp * vp) % pp
+    pair = float(priced.pair_transient[n])
     out = []
     for d in range(pp):
         mine = rank_of == d
-        transient = (float(table.transient[config]) + float(priced.pair_transient()[n])
-                     + (float(table.last_transient[config]) if d == pp - 1 else 0.0))
+        transient = pair + float(table.transient[config]) + (float(table.last_transient[config]) if d == pp - 1
+                                                              else 0.0)
         out.append(DeviceMemory(d, float(per_stage["weights"][mine].sum()), float(per_stage["gradients"][mine].sum()),
                                 float(per_stage["optimizer"][mine].sum()), float(peaks[d]),
                                 tuple(int(x) for x in at_peak[d]), transient, float(scn.reserve_bytes),

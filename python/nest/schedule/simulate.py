@@ -301,7 +301,7 @@ def simulate_candidate(scn: Scenario, cand: Candidate, layers_per_stage: Sequenc
     if pad:
         stages = pad_to_closed_form(stages)
     result = simulate_schedule(stages, cand.pp, scn.micro_batches(cand), tasks.end_tasks(0, layers, sync),
-                               closed_form_s, int(tasks.priced.extra_warmup()[0]))
+                               closed_form_s, int(tasks.priced.extra_warmup[0]))
     return replace(result, labels=tuple(f"stage {d}" for d in range(cand.pp)))
 
 

@@ -94,7 +94,7 @@ def batch_timing(tasks: BatchTasks, n: int, layers_per_stage: Sequence[int], eng
     layers = [int(x) for x in layers_per_stage]
     pp = int(tasks.priced.cands.pp[n])
     return step_timing(tasks.stage_tasks(n, layers), pp, int(tasks.priced.micro_batches()[n]),
-                       tasks.end_tasks(n, layers), engine, int(tasks.priced.extra_warmup()[n]))
+                       tasks.end_tasks(n, layers), engine, int(tasks.priced.extra_warmup[n]))
 
 
 def batch_step_s(tasks: BatchTasks, n: int, layers_per_stage: Sequence[int], engine: str = "cpp") -> float:
@@ -104,7 +104,7 @@ def batch_step_s(tasks: BatchTasks, n: int, layers_per_stage: Sequence[int], eng
         return batch_timing(tasks, n, layers_per_stage, engine).step_s
     pp = int(tasks.priced.cands.pp[n])
     finish = _compiled_finish(pp, int(tasks.priced.micro_batches()[n]), tasks.stage_columns(n, layers_per_stage),
-                              int(tasks.priced.extra_warmup()[n]))
+                              int(tasks.priced.extra_warmup[n]))
     runs = run_end_tasks(finish, tasks.end_tasks(n, layers_per_stage))
     return max(_done(f, r) for f, r in zip(finish, runs))
 

@@ -131,7 +131,7 @@ def dp_rows(priced: Priced) -> dict[str, np.ndarray]:
         "mem_params": mem_params,
         "act_bytes": act_bytes,
         "send_ps": np.ascontiguousarray(send),
-        "mem_fixed": (scn.reserve_bytes + table.transient[cands.config] + priced.pair_transient()).astype(np.float64),
+        "mem_fixed": (scn.reserve_bytes + table.transient[cands.config] + priced.pair_transient).astype(np.float64),
         "mem_per_param": v.astype(np.float64),
         "g0": sync["fixed_s"] * PS,
         "g1": v.astype(np.float64),
