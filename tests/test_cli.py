@@ -146,11 +146,13 @@ def test_network_nccl_prices_on_the_calibrated_tiers(capsys):
 
 def test_options_are_never_abbreviated(capsys):
     """``--tp`` on ``plan`` once read as ``--tp-comm-overlap`` (argparse's prefix
-    matching); every option must now be spelled out, on every subcommand."""
-    with pytest.raises(SystemExit) as exited:
-        main(["plan", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--devices", "64", "--tp"])
-    assert exited.value.code == 2
-    assert capsys.readouterr().err == "nest: error: unrecognized arguments: --tp\n"
+    matching; ``--tp`` is now a search limit of its own); every option must be spelled
+    out, on every subcommand."""
+    for prefix in ("--tp-comm", "--overlap-moe"):
+        with pytest.raises(SystemExit) as exited:
+            main(["plan", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--devices", "64", prefix])
+        assert exited.value.code == 2
+        assert capsys.readouterr().err == f"nest: error: unrecognized arguments: {prefix}\n"
     with pytest.raises(SystemExit) as exited:
         main(["evaluate", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--devices", "64", "--tp", "1",
               "--pp", "1", "--dp", "64", "--mbs", "1", "--simul"])
@@ -163,3 +165,51 @@ def test_version():
 
     code, out, err = run("--version")
     assert (code, out, err) == (0, f"nest {nest.__version__}\n", "")
+
+
+def _plan_doc(capsys, *flags):
+    assert main(["plan", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--devices", "1024", "--json",
+                 *flags]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_plan_takes_the_search_limits_as_flags(capsys):
+    """Each flag narrows its dimension to a value or a list, exactly as the same
+    SpaceLimits through the Python API (two paths to one search)."""
+    import nest
+    from nest.parallel import SpaceLimits
+
+    doc = _plan_doc(capsys, "--tp", "4,8", "--pp", "8,16", "--zero", "1", "--mbs", "1",
+                    "--recompute", "none,selective")
+    p = doc["parallelism"]
+    assert p["tp"] in (4, 8) and p["pp"] in (8, 16) and p["zero"] == 1 and p["micro_batch"] == 1
+    assert p["recompute"] in ("none", "selective")
+    api = nest.plan("gpt3-175b", nest.load_cluster("dgx-a100", devices=1024), limits=SpaceLimits(
+        tp=(4, 8), pp=(8, 16), zero=(1,), micro_batch=(1,), recompute=("none", "selective")))
+    assert api.step_time_s == doc["step_time_s"] and api.parallelism == p
+    capped = _plan_doc(capsys, "--max-pp", "4", "--no-sp")["parallelism"]
+    assert capped["pp"] <= 4 and capped["sp"] is False
+
+
+def test_recompute_lists_read_modes_with_commas():
+    from nest.cli import _recompute_list
+
+    assert _recompute_list("none,layernorm,moe_act,full") == ("none", "layernorm,moe_act", "full")
+    assert _recompute_list("mla_up_proj,mlp") == ("mla_up_proj,mlp",)
+    assert _recompute_list("moe_act,none") == ("moe_act", "none")
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--zero", "4"], "argument --zero: '4': ZeRO stages are 0, 1, 2, 3"),
+    (["--tp", "0,8"], "argument --tp: '0,8': degrees must be positive integers"),
+    (["--recompute", "none,bogus"], "argument --recompute: 'none,bogus': 'bogus' starts no recompute mode"),
+    (["--pp", "4", "--max-pp", "8"], "max_pp = 8: give --pp or --max-pp, not both"),
+])
+def test_bad_limit_flags_are_one_line_errors(capsys, flags, message):
+    try:
+        code = main(["plan", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--devices", "64", *flags])
+    except SystemExit as exit:  # argparse's own errors
+        code = exit.code
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) <= 2 and message in err[-1]

@@ -13,7 +13,7 @@ import sys
 from dataclasses import replace
 
 from .errors import InfeasibleError, SpecError
-from .parallel import DEFAULT_ORDER, RECOMPUTE_MODES, SpaceLimits
+from .parallel import DEFAULT_ORDER, RECOMPUTE_MODES, ZERO_STAGES, SpaceLimits
 from .specs import FRAMEWORKS, MOE_DISPATCHERS, MOMENT_BYTES
 from .units import GiB
 
@@ -47,6 +47,73 @@ def _int_list(text: str) -> list[int]:
         return [int(x) for x in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+
+
+def _degree_list(text: str) -> tuple[int, ...]:
+    """``8`` or ``4,8``: the degrees a search may use (positive integers)."""
+    values = tuple(_int_list(text))
+    if any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: degrees must be positive integers")
+    return values
+
+
+def _zero_list(text: str) -> tuple[int, ...]:
+    """``1`` or ``0,1``: ZeRO stages."""
+    values = tuple(_int_list(text))
+    if any(v not in ZERO_STAGES for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: ZeRO stages are {', '.join(map(str, ZERO_STAGES))}")
+    return values
+
+
+def _recompute_list(text: str) -> tuple[str, ...]:
+    """``none,selective`` or ``none,layernorm,moe_act``: recompute modes, read left to right
+    taking the longest mode at each point (a mode's own modules are joined by commas)."""
+    parts, modes, i = text.split(","), [], 0
+    while i < len(parts):
+        j = next((j for j in range(len(parts), i, -1) if ",".join(parts[i:j]) in RECOMPUTE_MODES), None)
+        if j is None:
+            raise argparse.ArgumentTypeError(f"{text!r}: {parts[i]!r} starts no recompute mode (modes: "
+                                             f"{' | '.join(RECOMPUTE_MODES)})")
+        modes.append(",".join(parts[i:j]))
+        i = j
+    return tuple(modes)
+
+
+LIMIT_FLAGS = (("--tp", "tp", _degree_list, "tensor-parallel degrees"),
+               ("--pp", "pp", _degree_list, "pipeline-parallel degrees"),
+               ("--dp", "dp", _degree_list, "data-parallel degrees"),
+               ("--cp", "cp", _degree_list, "context-parallel degrees"),
+               ("--ep", "ep", _degree_list, "expert-parallel degrees"),
+               ("--vp", "vp", _degree_list, "virtual pipeline stages per device"),
+               ("--mbs", "micro_batch", _degree_list, "micro-batch sizes"),
+               ("--zero", "zero", _zero_list, "ZeRO stages"),
+               ("--recompute", "recompute", _recompute_list, "recompute modes"))
+"""The search limits ``plan`` and ``compare`` take (:class:`~nest.parallel.SpaceLimits` fields)."""
+
+
+def _add_limits(parser: argparse.ArgumentParser) -> None:
+    """The flags that narrow the search: each takes one value or a comma-separated list."""
+    for flag, _, kind, what in LIMIT_FLAGS:
+        example = {_recompute_list: "none,selective", _zero_list: "1,2"}.get(kind, "4,8")
+        parser.add_argument(flag, dest=f"limit_{flag[2:]}", type=kind, metavar="LIST",
+                            help=f"{what} to search, one or a comma-separated list (e.g. {flag} {example}; "
+                                 "default: all)")
+    parser.add_argument("--max-pp", type=_positive_int, metavar="N", help="search pipeline degrees up to N")
+    parser.add_argument("--sp", dest="limit_sp", action=argparse.BooleanOptionalAction, default=None,
+                        help="search only with (--sp) or without (--no-sp) sequence parallelism")
+
+
+def _limits(args, limits: SpaceLimits) -> SpaceLimits:
+    """``limits`` narrowed by the command line's limit flags."""
+    fields = {field: getattr(args, f"limit_{flag[2:]}") for flag, field, _, _ in LIMIT_FLAGS}
+    fields = {k: v for k, v in fields.items() if v is not None}
+    if args.max_pp is not None:
+        if "pp" in fields:
+            raise SpecError(f"max_pp = {args.max_pp}: give --pp or --max-pp, not both")
+        fields["pp"] = tuple(range(1, args.max_pp + 1))
+    if args.limit_sp is not None:
+        fields["sp"] = (args.limit_sp,)
+    return replace(limits, **fields)
 
 
 def _add_scenario(parser: argparse.ArgumentParser, device_list: bool = False) -> None:
@@ -120,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--rank-order", action="append",
                       help="rank order(s) to search, innermost first (default: tp-cp-ep-dp-pp and "
                            "tp-cp-ep-pp-dp); repeat to give several")
+    _add_limits(plan)
     evaluate = sub.add_parser("evaluate", help="cost one fixed configuration")
     _add_scenario(evaluate)
     for command in (plan, evaluate):
@@ -158,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scenario(compare, device_list=True)
     compare.add_argument("--strategies", default="manual,topology-blind,mcmc,nest",
                          help="comma-separated: manual, topology-blind, mcmc, nest")
+    _add_limits(compare)
     compare.add_argument("--seed", type=int, default=0, help="MCMC seed")
     compare.add_argument("--budget", type=_positive_int, help="MCMC proposals")
     compare.add_argument("--plot", metavar="PNG", help="throughput plot (needs matplotlib)")
@@ -315,6 +384,8 @@ def _run(args) -> int:
     setup = scenario.pop("setup", None)
     limits = scenario.pop("limits") or SpaceLimits()
     common = {"engine": args.engine, "threads": args.threads, **scenario}
+    if args.command in ("plan", "compare"):
+        limits = _limits(args, limits)
     if args.command == "compare":
         return _compare(args, scenario, limits)
     if args.command == "plan":
