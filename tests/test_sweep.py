@@ -73,6 +73,9 @@ def test_grid_from_a_dict_and_tiers_a_cluster_lacks_collapse():
      "grid.jobs[0].global_batch"),
     ({"models": ["llama3-8b"], "clusters": ["dgx-h100"], "jobs": [{"tp_comm_overlap": "yes"}]},
      "grid.jobs[0].tp_comm_overlap"),
+    ({"models": ["llama3-8b"], "clusters": ["dgx-h100"], "limits": {"tpp": [8]}}, "grid.limits"),
+    ({"models": ["llama3-8b"], "clusters": ["dgx-h100"], "limits": {"tp": ["8"]}}, "grid.limits.tp = '8'"),
+    ({"models": ["llama3-8b"], "clusters": ["dgx-h100"], "limits": [8]}, "grid.limits = "),
     (DATA / "bad_tier.yaml", "grid.bandwidth_multipliers.infiniband"),
     (DATA / "missing.yaml", "grid = "),
 ])
@@ -85,6 +88,23 @@ def test_bad_grids_are_one_line_spec_errors_naming_the_field(grid, field):
 
 
 # -- rows ----------------------------------------------------------------------------------
+
+
+def test_grid_limits_narrow_every_scenario_and_keep_other_ids():
+    base = {"models": ["llama3-8b"], "clusters": [{"cluster": "dgx-h100", "devices": [64, 128]}],
+            "jobs": [{"global_batch": 256, "seq_len": 4096}]}
+    limited = {**base, "limits": {"tp": 2, "zero": [1], "recompute": ["none"]}}
+    plain_ids = [s.id for s in expand_grid(base)]
+    scenarios = expand_grid(limited)
+    assert not set(plain_ids) & {s.id for s in scenarios}  # the limits are part of a scenario
+    assert [s.id for s in expand_grid(dict(base))] == plain_ids
+    for scenario in scenarios:
+        row = run_scenario(scenario)
+        assert (row["status"], row["tp"], row["zero"], row["recompute"]) == ("ok", 2, 1, "none")
+        cluster = nest.load_cluster("dgx-h100", devices=scenario.params["devices"])
+        direct = nest.plan("llama3-8b", cluster, nest.JobSpec(global_batch=256, seq_len=4096),
+                           limits=nest.SpaceLimits(tp=(2,), zero=(1,), recompute=("none",)))
+        assert row["step_time_s"] == direct.step_time_s
 
 
 def test_a_row_reproduces_the_plan_of_the_same_scenario():

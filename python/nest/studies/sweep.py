@@ -14,6 +14,8 @@ A grid file (YAML or JSON) names the axes; their cartesian product is the scenar
     jobs:                                      # optional (omit: each model's published job)
       - {global_batch: 1024, seq_len: 4096}    # also dtype, framework and the overlap switches
                                                # (overlap_grad_reduce: true, ...)
+    limits: {tp: [4, 8], zero: [1]}            # optional: the search limits of every scenario
+                                               # (SpaceLimits fields; nest plan's --tp ... flags)
     price_per_device_hour: 2.5                 # optional: adds cost_per_Mtoken to each row
     plot: {x: bw_leaf, y: throughput}          # optional: plot axes (see sweep_plot)
 
@@ -80,6 +82,7 @@ from ..errors import InfeasibleError, SpecError, reject_unknown_keys, short_repr
 from ..inputs.coerce import coerce_inputs, job_spec
 from ..inputs.files import is_path, read_spec_file
 from ..inputs.loading import load_cluster, load_model
+from ..parallel import SpaceLimits
 from ..planner import plan
 from ..presets.clusters import CLUSTERS
 from ..report.progress import Progress
@@ -89,7 +92,7 @@ from .journal import Journal, journal_path, read_journal, write_table
 from .sweep_plot import sweep_plot
 
 _GRID_KEYS = {"models", "clusters", "bandwidth_multipliers", "oversubscription", "memory_GiB",
-              "jobs", "price_per_device_hour", "plot", "name"}
+              "jobs", "limits", "price_per_device_hour", "plot", "name"}
 _JOB_KEYS = {"global_batch", "seq_len", "dtype", "framework", "moe_dispatcher", *OVERLAP_SWITCHES}
 
 MAX_SCENARIOS = 1_000_000
@@ -252,6 +255,7 @@ def expand_grid(grid, framework: str | None = None) -> list[Scenario]:
     if framework not in (None, "any"):  # unchanged ids (and resumes) for grids without one
         jobs = [{"framework": framework, **(job or {})} for job in jobs]
         jobs = [{k: job[k] for k in sorted(job)} for job in jobs]
+    limits = _limits(data.get("limits"))
     price = data.get("price_per_device_hour")
     if price is not None:
         _number(price, "grid.price_per_device_hour")
@@ -266,6 +270,8 @@ def expand_grid(grid, framework: str | None = None) -> list[Scenario]:
                   "bandwidth": {t: v for t, v in bw.items() if t in tiers},
                   "oversubscription": {t: v for t, v in ov.items() if t in tiers},
                   "memory_GiB": mem, "job": job}
+        if limits:  # unchanged ids (and resumes) for grids without limits
+            params["limits"] = limits
         if price is not None:
             params["price_per_device_hour"] = price
         key = scenario_id(params)
@@ -274,6 +280,26 @@ def expand_grid(grid, framework: str | None = None) -> list[Scenario]:
         seen.add(key)
         scenarios.append(Scenario(key, len(scenarios), params))
     return scenarios
+
+
+def _limits(data) -> dict:
+    """The grid's ``limits`` as lists per :class:`~nest.parallel.SpaceLimits` field (keys sorted)
+    (a scalar is a one-value list), checked by building the limits (SpecError naming the
+    key and value)."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SpecError(f"grid.limits = {short_repr(data)}: must be a mapping of SpaceLimits fields to values")
+    reject_unknown_keys(data, set(SpaceLimits.__dataclass_fields__), "grid.limits")
+    out = {}
+    for key, values in sorted(data.items()):
+        values = values if isinstance(values, list) else [values]
+        kind = {"recompute": str, "rank_order": str, "sp": bool}.get(key, int)
+        for value in values:
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise SpecError(f"grid.limits.{key} = {short_repr(value)}: must be a list of {kind.__name__} values")
+        out[key] = values
+    return out
 
 
 def _check_size(data: dict) -> None:
@@ -396,7 +422,8 @@ def run_scenario(scenario: Scenario | tuple, threads: int = 1) -> dict:
         model, cluster, job = build_inputs(params)
         job, source = _source(model, cluster, job)
         row["global_batch"], row["seq_len"] = job.global_batch, job.seq_len
-        result = plan(model, cluster, job, threads=threads, source=source).to_dict()
+        limits = SpaceLimits(**{k: tuple(v) for k, v in params.get("limits", {}).items()})
+        result = plan(model, cluster, job, threads=threads, source=source, limits=limits).to_dict()
     except InfeasibleError as error:
         row.update(status="infeasible", reason=str(error))
     except SpecError as error:
