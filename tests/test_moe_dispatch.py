@@ -127,7 +127,8 @@ def test_each_switch_only_shortens_the_step():
     assert both.breakdown_s["ep_comm"] < min(flex.breakdown_s["ep_comm"], over.breakdown_s["ep_comm"])
     assert flex.breakdown_s["ep_comm"] < off.breakdown_s["ep_comm"] / 2  # 2 nodes: ~1 copy instead of 4
     assert both.step_time_s < min(flex.step_time_s, over.step_time_s) < off.step_time_s
-    assert flex.breakdown_s["compute"] == pytest.approx(off.breakdown_s["compute"], rel=1e-12)
+    # flex receives tokens per rank and permutes them once: no sort by local expert
+    assert flex.breakdown_s["compute"] < off.breakdown_s["compute"] < 1.2 * flex.breakdown_s["compute"]
     # where Megatron does not run the combined 1F1B (pp > 1 without virtual stages),
     # the switch changes nothing
     piped = dict(EP16, pp=2, dp=8, ep=8)
@@ -267,6 +268,6 @@ def test_flex_is_priced_as_plain_on_graphs_and_unchanged_for_dense_models():
     assert price_candidate(scn, cand).places[0].ep.dispatch == TokenDispatch(128, 8)
     graph = nest.load_cluster("dgx-h100-graph", devices=16)
     graph = replace(graph, device=replace(graph.device, memory_bytes=1e15))
-    assert (nest.evaluate(QWEN, graph, replace(job, moe_dispatcher="flex"), **EP16).step_time_s
-            == nest.evaluate(QWEN, graph, job, **EP16).step_time_s)
+    assert (nest.evaluate(QWEN, graph, replace(job, moe_dispatcher="flex"), **EP16).breakdown_s["ep_comm"]
+            == nest.evaluate(QWEN, graph, job, **EP16).breakdown_s["ep_comm"])
 

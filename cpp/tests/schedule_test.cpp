@@ -34,10 +34,11 @@ void check(bool ok, const std::string& what) {
 struct Pipeline {
     int64_t pp, vp, m;
     std::vector<double> f, r, b, sf, sb;
+    int64_t extra = 0;  // warm-up forwards beyond Megatron's (the combined 1F1B of EP overlap)
 };
 
 std::vector<double> run(const Pipeline& x) {
-    return nest::pipeline_finish(x.pp, x.vp, x.m, x.f, x.r, x.b, x.sf, x.sb);
+    return nest::pipeline_finish(x.pp, x.vp, x.m, x.f, x.r, x.b, x.sf, x.sb, x.extra);
 }
 
 Pipeline random_pipeline(std::mt19937_64& rng) {
@@ -52,6 +53,7 @@ Pipeline random_pipeline(std::mt19937_64& rng) {
         v->resize(n);
         for (double& t : *v) t = time(rng) * (rng() % 4 == 0 ? 0.0 : 1.0);
     }
+    x.extra = static_cast<int64_t>(rng() % 2);
     return x;
 }
 
@@ -126,6 +128,11 @@ void hostile_checks(std::mt19937_64& rng) {
     x = base;
     x.m = base.pp * 2 + 1;
     expect_reject(x, "micro-batches not divisible by pp when interleaving");
+    for (int64_t extra : {-1, 2}) {
+        x = base;
+        x.extra = extra;
+        expect_reject(x, "extra_warmup = " + std::to_string(extra));
+    }
     for (int64_t* field : {&x.pp, &x.vp, &x.m}) {
         x = base;
         *field = 0;

@@ -237,7 +237,12 @@ class NodeCostModel:
             g, el = self._mlp(m.num_shared_experts * m.moe_ffn_hidden, n, t)
             experts = experts + g + el
         router = k.bmm(local, m.num_experts, m.hidden, 1)  # 16-bit, never FP8
-        permute = k.stream(4 * routed * m.hidden * e, kernels=4)  # permute / unpermute
+        # permute and unpermute (read and write each routed copy); the alltoall dispatcher
+        # also sorts the received tokens by local expert and back when a rank holds
+        # several (core_v0.14.0 token_dispatcher.py MoEAlltoAllTokenDispatcher
+        # dispatch_postprocess / combine_preprocess, "Permutation 2")
+        sorts = np.where((experts_here > 1) & (self.job.moe_dispatcher == "alltoall"), 2, 0)
+        permute = k.stream((4 + 2 * sorts) * routed * m.hidden * e, kernels=4 + sorts)
         return experts + router, permute, routed, activation, experts
 
     def _up_projections(self, c):
