@@ -213,3 +213,35 @@ def test_bad_limit_flags_are_one_line_errors(capsys, flags, message):
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) <= 2 and message in err[-1]
+
+
+@pytest.mark.parametrize("args,code,kind", [
+    (["plan", "--model", "nope", "--cluster", "dgx-h100"], 2, "bad_input"),
+    (["evaluate", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--devices", "16", "--tp", "8", "--pp", "1",
+      "--dp", "2", "--mbs", "1"], 3, "infeasible"),
+])
+def test_json_failures_print_a_json_error_document(capsys, args, code, kind):
+    assert main([*args, "--json"]) == code
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert doc["error"]["kind"] == kind and doc["error"]["exit_code"] == code
+    assert err.strip() == f"nest: {'error' if code == 2 else 'infeasible'}: {doc['error']['message']}"
+    assert main(args) == code
+    assert capsys.readouterr().out == ""  # without --json, stdout stays empty
+
+
+def test_report_header_mfu_and_zeros_read_as_they_are(capsys):
+    from dataclasses import replace
+
+    import nest
+    from nest.report.text import render
+
+    cluster = nest.load_cluster("dgx-h100", devices=16)
+    plan = nest.evaluate("llama2-7b", cluster, tp=2, pp=2, dp=4, micro_batch=1, sp=True)
+    assert render(plan, "evaluate").startswith("nest evaluate: llama2-7b")
+    assert main(["evaluate", "--model", "llama2-7b", "--cluster", "dgx-h100", "--devices", "16", "--tp", "2",
+                 "--pp", "2", "--dp", "4", "--mbs", "1", "--sp"]) == 0
+    assert capsys.readouterr().out.startswith("nest evaluate: ")
+    measured = replace(plan, mfu=0.0, model_tflops_per_device=0.0, breakdown_s={**plan.breakdown_s, "bubble": -0.0})
+    text = render(measured)
+    assert "MFU                  n/a" in text and "-0.0000" not in text and "bubble 0.0000" in text

@@ -321,7 +321,7 @@ def _print_plan(plan, args) -> None:
     elif args.json:
         print(json.dumps(plan.to_dict(), indent=2))
     else:
-        print(render(plan))
+        print(render(plan, args.command))
 
 
 def _run(args) -> int:
@@ -458,17 +458,26 @@ def _compare(args, scenario, limits) -> int:
     return EXIT_OK
 
 
+def _fail(args, kind: str, error: Exception, code: int) -> int:
+    """Report a bad input (``kind`` "error") or an infeasible job on stderr, one line; with
+    ``--json`` also as the JSON document on stdout, ``{"error": {"kind", "exit_code",
+    "message"}}``, so that a caller reading stdout never parses an empty document."""
+    print(f"nest: {kind}: {error}", file=sys.stderr)
+    if getattr(args, "json", False):
+        print(json.dumps({"error": {"kind": "bad_input" if kind == "error" else "infeasible",
+                                    "exit_code": code, "message": str(error)}}, indent=2))
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``nest`` console script; returns the exit code."""
     args = build_parser().parse_args(argv)
     try:
         return _run(args)
     except SpecError as error:
-        print(f"nest: error: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _fail(args, "error", error, EXIT_BAD_INPUT)
     except InfeasibleError as error:
-        print(f"nest: infeasible: {error}", file=sys.stderr)
-        return EXIT_INFEASIBLE
+        return _fail(args, "infeasible", error, EXIT_INFEASIBLE)
     except BrokenPipeError:  # e.g. `nest clusters | head`: the reader left, not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK

@@ -66,12 +66,15 @@ def _plausibility(plan: Plan) -> str:
     return line + ")"
 
 
-def render(plan: Plan) -> str:
-    """A multi-line text report of ``plan``."""
+def render(plan: Plan, command: str = "plan") -> str:
+    """A multi-line text report of ``plan``, headed by the ``command`` that made it (plan,
+    evaluate). MFU reads n/a where nest knows no model FLOPs (measured layers), and no
+    time prints as -0.0000."""
     p = plan.parallelism
     m, c, j = plan.model, plan.cluster, plan.job
+    mfu = f"{100 * plan.mfu:10.1f} %" if plan.mfu > 0 else f"{'n/a':>10}   (no model FLOPs for measured layers)"
     lines = [
-        f"nest plan: {m['name']} ({m['parameters'] / 1e9:.2f}B parameters) on {c['name']} "
+        f"nest {command}: {m['name']} ({m['parameters'] / 1e9:.2f}B parameters) on {c['name']} "
         f"({c['devices']} x {c['device']})",
         f"job: global batch {j['global_batch']} x seq {j['seq_len']} tokens, {j['dtype']}"
         + ("" if j.get("framework", "any") == "any" else f", for {framework(j['framework']).version}"),
@@ -86,11 +89,11 @@ def render(plan: Plan) -> str:
            else f"   (exact schedule; the stage DP's closed form of this split: {plan.closed_form_step_time_s:.4f} s)"),
         f"throughput    {plan.throughput_tokens_per_s:10.0f} tokens/s "
         f"({plan.throughput_tokens_per_s / plan.devices_used:.0f} per device)",
-        f"MFU           {100 * plan.mfu:10.1f} %" + _plausibility(plan),
+        f"MFU           {mfu}" + _plausibility(plan),
         f"memory        {plan.memory_max_bytes / GiB:10.1f} GiB of {plan.memory_capacity_bytes / GiB:.1f} "
         "GiB per device" + _memory_parts(plan),
         "",
-        "time breakdown (s): " + "  ".join(f"{k} {v:.4f}" for k, v in plan.breakdown_s.items()),
+        "time breakdown (s): " + "  ".join(f"{k} {abs(v) if v == 0 else v:.4f}" for k, v in plan.breakdown_s.items()),
         "",
         f"{'stage':>5}  {'layers':<26} {'ranks':<32} {'time/mb (ms)':>12} {'memory (GiB)':>12}",
     ]
