@@ -267,3 +267,23 @@ def test_leaf_spine_and_dragonfly_presets(name, devices):
     assert plan.devices_used <= devices and plan.memory_max_bytes <= cluster.device.memory_bytes
     with pytest.raises(nest.SpecError, match="multiple of 32"):
         nest.load_cluster(name, devices=48)
+
+
+@pytest.mark.parametrize("model,cluster", [("qwen3-30b-a3b", "dgx-h100-rail"),
+                                           pytest.param("mixtral-8x7b", "tpuv4-torus", marks=pytest.mark.slow)])
+def test_moe_models_plan_on_graph_presets(model, cluster):
+    """The cheap bound once priced a configuration on a layout of dp = ep replicas (tp 1,
+    cp 8, ep 16: 128 ranks on 64 devices), which graphs cannot place (IndexError); its
+    innermost layout is ep / gcd(ep, tp cp) replicas (on tier presets the bound is
+    unchanged)."""
+    plan = nest.plan(model, nest.load_cluster(cluster, devices=64))
+    assert plan.devices_used <= 64 and plan.step_time_s > 0
+
+
+def test_evaluate_that_does_not_fit_on_a_graph_is_diagnosed():
+    """Diagnosing a configuration that does not fit once priced deeper pipelines on more
+    devices than the graph has (IndexError); on a graph it suggests what the graph holds."""
+    cluster = nest.load_cluster("dgx-h100-graph", devices=16)
+    with pytest.raises(nest.InfeasibleError, match="does not fit in memory") as info:
+        nest.evaluate("gpt3-175b", cluster, tp=8, pp=1, dp=2, micro_batch=1)
+    assert "on 32 devices" not in str(info.value) and "\n" not in str(info.value)

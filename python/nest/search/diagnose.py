@@ -320,6 +320,8 @@ def _single_changes(scn: Scenario, cand: Candidate, fixed_split: bool) -> list[l
         pp = cand.pp * 2
         while pp * cand.vp <= scn.num_nodes:
             devices = cfg.tp * cfg.cp * pp * cand.dp
+            if devices > scn.cluster.num_devices and scn.cluster.is_graph:
+                break  # a graph is the network as given: more devices would be another graph
             more = f" on {devices} devices" if devices > scn.cluster.num_devices else ""
             tied = scn.model.tied_embeddings and pp > 1
             stages.append((f"pp={pp}{more}", replace(cand, pp=pp, cfg=replace(cfg, tied_copy=tied)), False))

@@ -225,12 +225,16 @@ def table_bound(rows: dict, ranking: "Ranking | None" = None) -> np.ndarray:
 
 def inner_kind_ps(scn: Scenario, table: ConfigTable, with_comm: bool, index: np.ndarray) -> np.ndarray:
     """Per configuration of ``index``, per kind: picoseconds on the configuration's
-    innermost layout (default rank order, ``dp = ep``, one stage), or of compute alone."""
+    innermost layout (default rank order, one stage, the fewest replicas whose ranks hold
+    an expert-parallel group: ``dp = ep / gcd(ep, tp cp)``), or of compute alone. The TP,
+    CP and EP groups are those of any larger ``dp`` (the EP group is the stage's first
+    ``ep`` ranks), and the layout fits every cluster a candidate of it fits."""
     index = np.asarray(index, dtype=np.int64)
     if not with_comm:
         return to_ps(table.cols["compute_s"][index])
     arrays, ones, zeros = table.arrays, np.ones(len(index), dtype=np.int64), np.zeros(len(index), dtype=np.int64)
-    cands = CandidateArrays(index, ones, arrays.ep[index], ones, zeros, zeros, (DEFAULT_ORDER,))
+    ep, inner = arrays.ep[index], arrays.tp[index] * arrays.cp[index]
+    cands = CandidateArrays(index, ones, ep // np.gcd(ep, inner), ones, zeros, zeros, (DEFAULT_ORDER,))
     terms, _ = scn.placer.exact_terms(cands.degrees(arrays))
     return to_ps(kind_times(scn, table, cands, terms, zero_comm=False).total)
 
