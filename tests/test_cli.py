@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -245,3 +246,12 @@ def test_report_header_mfu_and_zeros_read_as_they_are(capsys):
     measured = replace(plan, mfu=0.0, model_tflops_per_device=0.0, breakdown_s={**plan.breakdown_s, "bubble": -0.0})
     text = render(measured)
     assert "MFU                  n/a" in text and "-0.0000" not in text and "bubble 0.0000" in text
+
+
+def test_limit_flags_stay_within_a_profiles_measured_degrees(capsys):
+    profile = str(Path(__file__).parent / "data" / "profiles" / "tiny.json")
+    base = ["plan", "--profile", profile, "--cluster", "dgx-a100", "--devices", "8", "--global-batch", "8"]
+    assert main([*base, "--tp", "16"]) == 2
+    assert capsys.readouterr().err.strip() == "nest: error: tp = 16: none of the values the inputs allow (1,2)"
+    assert main([*base, "--tp", "2,16", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["parallelism"]["tp"] == 2

@@ -104,7 +104,7 @@ def _add_limits(parser: argparse.ArgumentParser) -> None:
 
 
 def _limits(args, limits: SpaceLimits) -> SpaceLimits:
-    """``limits`` narrowed by the command line's limit flags."""
+    """``limits`` (what the inputs allow) narrowed by the command line's limit flags."""
     fields = {field: getattr(args, f"limit_{flag[2:]}") for flag, field, _, _ in LIMIT_FLAGS}
     fields = {k: v for k, v in fields.items() if v is not None}
     if args.max_pp is not None:
@@ -113,6 +113,13 @@ def _limits(args, limits: SpaceLimits) -> SpaceLimits:
         fields["pp"] = tuple(range(1, args.max_pp + 1))
     if args.limit_sp is not None:
         fields["sp"] = (args.limit_sp,)
+    for key, values in fields.items():  # within what the inputs already allow (a profile's measured degrees)
+        allowed = getattr(limits, key)
+        if allowed is not None:
+            fields[key] = tuple(v for v in values if v in allowed)
+            if not fields[key]:
+                raise SpecError(f"{key} = {','.join(map(str, values))}: none of the values the inputs allow "
+                                f"({','.join(map(str, allowed))})")
     return replace(limits, **fields)
 
 
