@@ -136,8 +136,9 @@ def test_plan_with_overlap_is_the_exhaustive_optimum(memory_gib):
     assert_plans_are_optimal(TINY, cluster, job, everything)
 
 
-def test_bounds_stay_below_the_objective_with_overlap():
-    job = JobSpec(global_batch=256, seq_len=4096, **ALL_ON)
+@pytest.mark.parametrize("dispatcher", ["alltoall", "flex"])
+def test_bounds_stay_below_the_objective_with_overlap(dispatcher):
+    job = JobSpec(global_batch=256, seq_len=4096, moe_dispatcher=dispatcher, **ALL_ON)
     assert_bounds_below_objective(MODELS["qwen3-30b-a3b"], nest.load_cluster("dgx-h100", devices=128), job,
                                   seed=11, sample=40)
 
