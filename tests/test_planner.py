@@ -138,3 +138,32 @@ def test_too_little_memory_for_the_tiny_model():
     with pytest.raises(nest.InfeasibleError, match=r"most memory-frugal plan needs 0\.6\d GiB per device, "
                                                    r"a100-80gb has 0\.60 GiB"):
         nest.plan(TINY, _tiny_cluster(0.6), job)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(sp="no"), "sp = 'no': must be true or false"),
+    (dict(distributed_optimizer="no"), "distributed_optimizer = 'no': must be true or false"),
+    (dict(zero=True), "zero = True: must be an integer of at least 0"),
+    (dict(tp=True), "tp = True: must be an integer of at least 1"),
+    (dict(micro_batch=1.5), "micro_batch = 1.5: must be an integer of at least 1"),
+    (dict(threads="2"), "threads = '2': must be an integer from 1 to 4096 (or None)"),
+    (dict(threads=2**31), "threads = 2147483648: must be an integer from 1 to 4096 (or None)"),
+])
+def test_api_misuse_is_a_spec_error_naming_the_argument(kwargs, message):
+    cluster = nest.load_cluster("dgx-h100", devices=8)
+    args = {"tp": 8, "pp": 1, "dp": 1, "micro_batch": 1, **kwargs}
+    with pytest.raises(nest.SpecError) as info:
+        nest.evaluate("llama3-8b", cluster, **args)
+    assert str(info.value) == message
+
+
+def test_api_accepts_numpy_integers_and_bools():
+    import numpy as np
+
+    cluster = nest.load_cluster("dgx-h100", devices=8)
+    plain = nest.evaluate("llama3-8b", cluster, tp=8, pp=1, dp=1, micro_batch=1, sp=True)
+    numpy_args = nest.evaluate("llama3-8b", cluster, tp=np.int64(8), pp=np.int32(1), dp=1, micro_batch=1,
+                               sp=np.bool_(True), threads=np.int64(1))
+    assert numpy_args.step_time_s == plain.step_time_s and numpy_args.parallelism == plain.parallelism
+    with pytest.raises(nest.SpecError, match="threads = 0"):
+        nest.plan("llama3-8b", cluster, threads=0)

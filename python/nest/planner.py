@@ -21,7 +21,7 @@ from .dp.problem import INFEASIBLE
 from .dp.reference import stage_details
 from .errors import InfeasibleError, RuleError, SpecError
 from .frameworks import framework
-from .inputs.coerce import coerce_inputs
+from .inputs.coerce import checked_degree, checked_switch, checked_threads, coerce_inputs
 from .parallel import DEFAULT_ORDER, RECOMPUTE_MODES, ZERO_STAGES, Candidate, LayerConfig, SpaceLimits, parse_order
 from .result import Plan, build_plan
 from .schedule.memory import fits
@@ -69,6 +69,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | None
     :class:`~nest.errors.SpecError` on inconsistent inputs.
     """
     started = time.perf_counter()
+    threads = checked_threads(threads)
     model, cluster, job = coerce_inputs(model, cluster, job)
     scn = Scenario(model, cluster, job, source)
     with _priceable(scn):
@@ -107,6 +108,12 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
     :func:`plan`.
     """
     started = time.perf_counter()
+    threads = checked_threads(threads)
+    sp, distributed_optimizer = checked_switch("sp", sp), checked_switch("distributed_optimizer", distributed_optimizer)
+    tp, pp, dp, micro_batch, cp, ep, vp = (checked_degree(name, value) for name, value in (
+        ("tp", tp), ("pp", pp), ("dp", dp), ("micro_batch", micro_batch), ("cp", cp), ("ep", ep), ("vp", vp)))
+    if zero is not None:
+        zero = checked_degree("zero", zero, low=0)
     model, cluster, job = coerce_inputs(model, cluster, job)
     scn = Scenario(model, cluster, job, source)
     if zero is None:

@@ -3,7 +3,11 @@ simulator all resolve a model, a cluster and a job here, with the same defaults.
 
 from __future__ import annotations
 
-from ..errors import SpecError
+import numbers
+
+import numpy as np
+
+from ..errors import SpecError, short_repr
 from ..frameworks import framework
 from ..specs import FRAMEWORKS, ClusterSpec, JobSpec, ModelSpec, OptimizerSpec
 from .loading import load_cluster, load_model
@@ -43,3 +47,33 @@ def coerce_inputs(model, cluster, job=None, devices: int | None = None) -> tuple
     elif not isinstance(job, JobSpec):
         raise SpecError(f"job = {type(job).__name__}: must be a JobSpec (nest.JobSpec) or None")
     return model, cluster, job
+
+
+MAX_THREADS = 4096
+"""The most OpenMP threads a plan may ask for (the core takes a C int; more threads than
+any machine has cores only waste them)."""
+
+
+def checked_threads(threads) -> int | None:
+    """``threads`` as an int (numpy integers accepted), or None; SpecError naming the
+    value for anything else (strings, bools, non-positive or more than :data:`MAX_THREADS`)."""
+    if threads is None:
+        return None
+    if isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or not 1 <= threads <= MAX_THREADS:
+        raise SpecError(f"threads = {short_repr(threads)}: must be an integer from 1 to {MAX_THREADS} (or None)")
+    return int(threads)
+
+
+def checked_switch(name: str, value) -> bool:
+    """A yes/no argument as a bool (numpy bools accepted); SpecError naming ``name`` and
+    the value for anything else (``"no"`` is not False)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise SpecError(f"{name} = {short_repr(value)}: must be true or false")
+
+
+def checked_degree(name: str, value, low: int = 1) -> int:
+    """An integer argument of at least ``low`` (numpy integers accepted, bools not)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        raise SpecError(f"{name} = {short_repr(value)}: must be an integer of at least {low}")
+    return int(value)
