@@ -63,13 +63,19 @@ def recompute_modes(dense: bool, moe: bool, latent: bool) -> tuple[str, ...]:
         return all(need[m] for m in modules)
     return tuple(m for m in RECOMPUTE_MODES if applies(m))
 
-def warmup(device: int, pp: int, vp: int, micro_batches: int, extra: int = 0) -> int:
+def warmup(device, pp, vp, micro_batches, extra=0):
     """Warm-up forwards of pipeline rank ``device`` in Megatron-Core's order
     (core_v0.14.0 schedules.py ``get_pp_rank_microbatches``), with ``extra`` more under
-    the combined 1F1B of EP overlap (:mod:`nest.schedule.order`)."""
-    if vp == 1:
-        return min(pp - device - 1 + extra, micro_batches)
-    return min(2 * (pp - device - 1) + (vp - 1) * pp + extra, micro_batches * vp)
+    the combined 1F1B of EP overlap (:mod:`nest.schedule.order`); elementwise over arrays,
+    an int for scalars."""
+    interleaved = np.minimum(2 * (np.asarray(pp) - device - 1) + (np.asarray(vp) - 1) * pp + extra,
+                             np.asarray(micro_batches) * vp)
+    w = np.where(np.asarray(vp) == 1, np.minimum(np.asarray(pp) - device - 1 + extra, micro_batches), interleaved)
+    return int(w) if w.ndim == 0 else w
+
+
+_EP_OVERLAP_RECOMPUTE = np.array([m != "full" and "moe" not in recompute_modules(m) for m in RECOMPUTE_MODES])
+"""Per recompute mode index: whether Megatron's combined 1F1B accepts it."""
 
 
 def ep_overlap_allowed(ep, pp, vp, recompute):
@@ -79,8 +85,7 @@ def ep_overlap_allowed(ep, pp, vp, recompute):
     virtual_pipeline_model_parallel_size must be specified when
     pipeline_model_parallel_size > 1"``) and no full or ``moe`` recomputation (core_v0.14.0
     transformer_config.py ``TransformerConfig.__post_init__``)."""
-    recompute_ok = np.array([m != "full" and "moe" not in recompute_modules(m) for m in RECOMPUTE_MODES])
-    return (np.asarray(ep) > 1) & ((np.asarray(pp) == 1) | (np.asarray(vp) > 1)) & recompute_ok[recompute]
+    return (np.asarray(ep) > 1) & ((np.asarray(pp) == 1) | (np.asarray(vp) > 1)) & _EP_OVERLAP_RECOMPUTE[recompute]
 
 
 ZERO_STAGES = (0, 1, 2, 3)

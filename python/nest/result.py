@@ -31,7 +31,6 @@ Besides the keys of DESIGN.md section 5, the document has
 
 from __future__ import annotations
 
-import operator
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -165,11 +164,10 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
     stage_of = layout.coordinates()["pp"]
     where = rank_placement(scn.cluster, layout, cfg.ep)
     names = scn.source.names
-    # .tolist() and an itemgetter: plain ints and the placement's own entries, in C (a
-    # per-element loop takes seconds at millions of ranks)
+    # .tolist() and map: plain ints and the placement's own entries without a Python-level
+    # loop per element (one takes seconds at millions of ranks)
     stage_ranks = [tuple(np.flatnonzero(stage_of == d).tolist()) for d in range(pp)]
-    devices_of = [operator.itemgetter(*ranks)(where.device) if len(ranks) > 1 else (where.device[ranks[0]],)
-                  for ranks in stage_ranks]
+    devices_of = [tuple(map(where.device.__getitem__, ranks)) for ranks in stage_ranks]
     stages = tuple(
         Stage(index=k, layers=tuple(names[d["start"]:d["end"]]), devices=devices_of[k % pp],
               time_s=d["time_ps"] / PS, memory_bytes=memory[k % pp].total, params=int(d["params"]),

@@ -96,9 +96,7 @@ def unpaired_share(scn: Scenario, table: ConfigTable, cands: CandidateArrays) ->
     those expose their all-to-alls in full). The first rank holds the most; charging its
     share on every rank keeps each rank's total at least its own."""
     micro = scn.job.micro_batches(cands.dp, table.arrays.micro_batch[cands.config])
-    w = np.array([warmup(0, int(p), int(v), int(m), 1) for p, v, m in zip(cands.pp, cands.vp, micro)],
-                 dtype=np.float64)
-    return w / (micro * cands.vp)
+    return warmup(0, cands.pp, cands.vp, micro, 1) / (micro * cands.vp)
 
 
 def reduce_exposed(reduce_s, bwd_s, job: JobSpec):
