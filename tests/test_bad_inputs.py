@@ -183,19 +183,21 @@ def test_plan_message_names_memory_and_changes_that_fit():
 
 
 def test_plan_message_lifts_the_limits_that_bind():
-    """With TP, CP and recomputation excluded, a 32k-token job does not fit 8 A100s:
-    each suggested restriction to lift, lifted alone, gives a plan."""
+    """With TP, CP, recomputation and optimizer offload excluded, a 32k-token job does not
+    fit 8 A100s: each suggested restriction to lift, lifted alone, gives a plan."""
     cluster = nest.load_cluster("dgx-a100", devices=8)
     job = JobSpec(global_batch=8, seq_len=32768)
-    limits = nest.SpaceLimits(tp=(1,), cp=(1,), recompute=("none",))
+    limits = nest.SpaceLimits(tp=(1,), cp=(1,), recompute=("none",), offload=(0.0,))
     with pytest.raises(nest.InfeasibleError) as info:
         nest.plan("gpt-7.5b", cluster, job, limits=limits)
     changes = _changes(str(info.value))
-    lifted = {"recomputation": "recompute", "tensor parallelism": "tp", "context parallelism": "cp"}
+    lifted = {"recomputation": "recompute", "tensor parallelism": "tp", "context parallelism": "cp",
+              "optimizer offload": "offload"}
     found = [c for c in changes if c.startswith("allow any ")]
-    assert {lifted[re.match(r"allow any (.+) \(limited", c).group(1)] for c in found} == {"recompute", "tp", "cp"}
+    assert ({lifted[re.match(r"allow any (.+) \(limited", c).group(1)] for c in found}
+            == {"recompute", "tp", "cp", "offload"})
     assert changes.index(found[0]) == 0  # the same devices before more devices
-    for field in ("recompute", "tp", "cp"):
+    for field in ("recompute", "tp", "cp", "offload"):
         plan = nest.plan("gpt-7.5b", cluster, job, limits=replace(limits, **{field: None}))
         assert plan.memory_max_bytes <= plan.memory_capacity_bytes
 

@@ -52,7 +52,7 @@ from ..presets.devices import DEVICES
 from ..presets.models import MODELS
 from ..specs import ClusterSpec, DeviceSpec, ModelSpec, Tier, field_names, from_mapping
 from ..units import GiB, MiB
-from .files import is_path, read_spec_file
+from .files import MAX_GRAPH_BYTES, is_path, read_spec_file
 from .hf import model_from_hf_config
 
 
@@ -153,15 +153,9 @@ GRAPH_DEFAULT_DEVICE = "h100-sxm"
 """The device of a graph file that names none."""
 
 
-def _is_graph_file(path: str) -> bool:
-    """Whether a cluster file is a graph: GraphML, or JSON/YAML with ``nodes``/``links``."""
-    suffix = Path(path).suffix.lower()
-    if suffix == ".graphml":
-        return True
-    if suffix in (".json", ".yaml", ".yml") and Path(path).is_file():
-        data = read_spec_file(path, "cluster")
-        return "nodes" in data and ("links" in data or "edges" in data)
-    return False
+def _is_graph(data: dict) -> bool:
+    """Whether a cluster file's mapping is a graph (node-link JSON or a YAML edge list)."""
+    return "nodes" in data and ("links" in data or "edges" in data)
 
 
 def graph_cluster_from_file(path, device=None, name: str | None = None) -> ClusterSpec:
@@ -192,11 +186,15 @@ def load_cluster(name_or_path: str | ClusterSpec, devices: int | None = None) ->
         cluster = name_or_path
     elif not is_path(name_or_path):
         return _preset({**CLUSTERS, **GRAPH_CLUSTERS}, name_or_path, "cluster").sized(devices)
-    elif _is_graph_file(name_or_path):
+    elif Path(name_or_path).suffix.lower() == ".graphml":
         cluster = graph_cluster_from_file(name_or_path)
-    else:
-        cluster = cluster_from_mapping(read_spec_file(name_or_path, "cluster"),
-                                       base=Path(name_or_path).parent)
+    else:  # tiers, a graph file's name, or a graph itself (JSON/YAML): read with the graphs' bound
+        data = read_spec_file(name_or_path, "cluster", MAX_GRAPH_BYTES)
+        if Path(name_or_path).suffix.lower() in (".json", ".yaml", ".yml") and _is_graph(data):
+            data = None  # parsed again, as a graph
+            cluster = graph_cluster_from_file(name_or_path)
+        else:
+            cluster = cluster_from_mapping(data, base=Path(name_or_path).parent)
     if devices is not None and devices != cluster.num_devices:
         raise SpecError(f"devices = {devices}: cluster {cluster.name}'s tiers multiply to "
                         f"{cluster.num_devices} devices")

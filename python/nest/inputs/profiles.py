@@ -58,13 +58,13 @@ otherwise prices like ``none``.
 from __future__ import annotations
 
 import csv
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpecError, mappings, non_empty_list, reject_unknown_keys, short_repr
 from ..parallel import CLASSIC_RECOMPUTE
+from .files import parse_json, read_text
 
 REQUIRED = ("name", "forward_s", "backward_s", "param_bytes", "activation_bytes", "output_bytes")
 OPTIONAL = ("flops", "selective_recompute_s", "selective_activation_bytes")
@@ -389,20 +389,11 @@ def _csv_int(text: str, what: str) -> int:
 
 
 def load_profile(path) -> MeasuredProfile:
-    """A measured profile from a ``.json`` or ``.csv`` file (format in the module docstring)."""
+    """A measured profile from a ``.json`` or ``.csv`` file (format in the module docstring):
+    a regular UTF-8 file of at most :data:`~nest.inputs.files.MAX_SPEC_BYTES`, JSON objects
+    without repeated keys (:func:`nest.inputs.files.read_text`)."""
     file = Path(path)
-    if not file.is_file():
-        raise SpecError(f"profile = {str(path)!r}: no such file")
-    try:
-        text = file.read_text()
-    except (OSError, UnicodeDecodeError) as error:
-        raise SpecError(f"profile = {str(path)!r}: cannot read: {error}") from None
+    text = read_text(path, "profile")
     if file.suffix.lower() == ".csv":
         return _from_csv(text, file.stem)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise SpecError(f"profile = {str(path)!r}: not JSON: {str(error).splitlines()[0]}") from None
-    except RecursionError:  # arrays nested deeper than the interpreter's recursion limit
-        raise SpecError(f"profile = {str(path)!r}: not JSON: nested too deeply") from None
-    return profile_from_dict(data, file.stem)
+    return profile_from_dict(parse_json(text, "profile", path), file.stem)
