@@ -85,12 +85,14 @@ def test_sweep_command_writes_every_scenario_once(tmp_path, capsys):
     grid = str(DATA / "sweeps" / "small.yaml")
     assert main(["sweep", grid, "--out", str(out), "--quiet", "--workers", "1"]) == 0
     summary = json.loads(capsys.readouterr().out)
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    header, *lines = out.read_text().splitlines()  # the journal's header line, then one row per scenario
+    rows = [json.loads(line) for line in lines]
+    assert "nest_sweep_journal" in json.loads(header)
     assert summary["total"] == len(rows) == len({r["id"] for r in rows})
     assert main(["sweep", grid, "--out", str(out), "--quiet", "--workers", "1"]) == 0  # resumes
     again = json.loads(capsys.readouterr().out)
     assert again["resumed"] == summary["total"] and again["ran"] == 0
-    assert len(out.read_text().splitlines()) == len(rows)
+    assert len(out.read_text().splitlines()) == len(rows) + 1
 
 
 def test_sweep_bad_grid_exits_2(capsys):

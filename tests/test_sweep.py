@@ -22,7 +22,10 @@ VOLATILE = {"solve_time_s"}
 
 
 def _rows(path):
-    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+    """A journal's rows (its first line is the header)."""
+    header, *lines = Path(path).read_text().splitlines()
+    assert json.loads(header)["nest_sweep_journal"] == 1
+    return [json.loads(line) for line in lines]
 
 
 def _stable(rows):
@@ -39,7 +42,8 @@ def test_grid_is_the_cartesian_product_with_stable_unique_ids():
     assert [s.id for s in expand_grid(SMALL)] == [s.id for s in scenarios]
     params = dict(scenarios[3].params)
     reordered = dict(reversed(list(params.items())))
-    assert scenario_id(reordered) == scenarios[3].id
+    content = {**params, **scenarios[3].inputs}  # the id hashes the specs, not their names
+    assert scenario_id(reordered) == scenario_id(params) != scenarios[3].id == scenario_id(content)
     json_grid = expand_grid(DATA / "grid.json")
     assert len(json_grid) == 4
     assert {s.params["oversubscription"]["leaf"] for s in json_grid} == {1, 4}
@@ -135,7 +139,7 @@ def test_overlap_switches_are_a_job_axis():
 
 def test_infeasible_and_invalid_scenarios_are_rows_with_a_reason():
     grid = {"models": ["llama3-8b"], "clusters": [{"cluster": "dgx-h100", "devices": [64]}],
-            "memory_GiB": [3], "jobs": [{"global_batch": 256, "seq_len": 2048}, {"global_batch": 3}]}
+            "memory_GiB": [2.25], "jobs": [{"global_batch": 256, "seq_len": 2048}, {"global_batch": 3}]}
     rows = [run_scenario(s) for s in expand_grid(grid)]
     assert rows[0]["status"] == "infeasible" and "memory" in rows[0]["reason"]
     assert rows[1]["status"] in ("invalid", "infeasible") and rows[1]["reason"]
@@ -161,11 +165,13 @@ def test_sweep_writes_csv_jsonl_and_resumes_without_duplicates(tmp_path):
     assert (tmp_path / "p.png").stat().st_size > 0
     journal = tmp_path / "r.csv.jsonl"
     lines = journal.read_text().splitlines()
-    assert len(lines) == 16
+    assert len(lines) == 17  # the header and 16 rows
     # a torn last line (a kill in the middle of a write) and a lost row: both re-run
     journal.write_text("\n".join(lines[:-2]) + "\n" + lines[-2][: len(lines[-2]) // 2])
-    second = run_sweep(SMALL, out, quiet=True, workers=1)
+    notes = io.StringIO()
+    second = run_sweep(SMALL, out, quiet=True, workers=1, stream=notes)
     assert second["resumed"] == 14 and second["ran"] == 2
+    assert notes.getvalue().startswith(f"nest: note: {journal}: dropped a torn last line (line 16,")
     rows = _rows(journal)
     assert sorted(r["id"] for r in rows) == sorted(s.id for s in expand_grid(SMALL))
     csv_lines = out.read_text().splitlines()
@@ -180,6 +186,18 @@ def test_parquet_output(tmp_path):
     run_sweep(grid, tmp_path / "r.parquet", quiet=True, workers=1)
     table = pq.read_table(tmp_path / "r.parquet")
     assert table.num_rows == 2 and "throughput_tokens_per_s" in table.column_names
+
+
+def test_workers_beyond_the_cpus_are_capped_with_a_note(tmp_path):
+    from nest.studies.sweep_pool import cpu_count
+
+    grid = {"models": ["gpt-1.7b"], "clusters": [{"cluster": "dgx-a100", "devices": [8]}],
+            "jobs": [{"global_batch": 64, "seq_len": 1024}]}
+    notes = io.StringIO()
+    summary = run_sweep(grid, tmp_path / "r.jsonl", quiet=True, workers=4096, stream=notes)
+    assert summary["workers"] == cpu_count() and summary["ok"] == 1
+    assert notes.getvalue() == (f"nest: note: workers = 4096: more than the {cpu_count()} CPUs this process "
+                                f"may use; using {cpu_count()}\n")
 
 
 def test_bad_output_paths_and_options():
@@ -209,7 +227,7 @@ def test_a_killed_sweep_resumes_with_every_scenario_exactly_once(tmp_path):
     finally:
         os.killpg(process.pid, signal.SIGKILL)  # the sweep and its worker processes
         process.wait()
-    done = out.read_text().count("\n")
+    done = out.read_text().count("\n") - 1  # the header
     total = len(expand_grid(KILL))
     assert 6 <= done < total
     with open(out, "a") as f:  # what a kill in the middle of a write leaves
@@ -223,9 +241,68 @@ def test_a_killed_sweep_resumes_with_every_scenario_exactly_once(tmp_path):
 
 def test_read_journal_cuts_a_torn_line(tmp_path):
     path = tmp_path / "j.jsonl"
-    path.write_text('{"id": "a", "x": 1}\n{"id": "b", "x"')
-    assert list(read_journal(path)) == ["a"]
-    assert path.read_text() == '{"id": "a", "x": 1}\n'
+    head = '{"nest_sweep_journal": 1}\n'
+    path.write_text(head + '{"id": "a", "x": 1}\n{"id": "b", "x"')
+    assert list(read_journal(path)) == ["a"]  # read only: a running sweep may be writing that line
+    assert path.read_text() == head + '{"id": "a", "x": 1}\n{"id": "b", "x"'
+    notes = []
+    assert list(read_journal(path, notes.append, repair=True)) == ["a"]
+    assert path.read_text() == head + '{"id": "a", "x": 1}\n'
+    assert len(notes) == 1 and "torn last line (line 3" in notes[0]
+    path.write_bytes(head.encode() + b'{"id": "a"}\n\xff\xfe{"id": "b"}\n{"id": "c"}\n')
+    with pytest.raises(nest.SpecError, match="line 3 is damaged \\(not UTF-8\\)"):
+        read_journal(path)
+    path.write_text(head + '{"id": "a"}\n[1, 2]\n')
+    with pytest.raises(nest.SpecError, match="line 3 is not a row"):
+        read_journal(path)
+
+
+# -- content keys: edited inputs, other directories ------------------------------------------
+
+
+def _model_grid(tmp_path, name="m.yaml"):
+    (tmp_path / name).write_text("base: gpt-1.7b\nname: tiny\n")
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(f"models: [{name}, gpt-1.7b]\nclusters: [{{cluster: dgx-a100, devices: [8]}}]\n"
+                    "jobs: [{global_batch: 64, seq_len: 1024}]\n")
+    return grid
+
+
+def test_scenario_ids_hash_the_resolved_specs_not_their_paths(tmp_path, monkeypatch):
+    grid = _model_grid(tmp_path)
+    ids = [s.id for s in expand_grid(grid)]
+    assert len(ids) == 2
+    monkeypatch.chdir(tmp_path)  # the same file named from another directory
+    assert [s.id for s in expand_grid({"models": ["m.yaml", "gpt-1.7b"],
+                                       "clusters": [{"cluster": "dgx-a100", "devices": [8]}],
+                                       "jobs": [{"global_batch": 64, "seq_len": 1024}]})] == ids
+    (tmp_path / "m.yaml").write_text("# a comment\nname: tiny\nbase: gpt-1.7b\n")  # same content
+    assert [s.id for s in expand_grid(grid)] == ids
+    (tmp_path / "m.yaml").write_text("base: gpt-1.7b\nname: tiny\nnum_layers: 12\n")
+    edited = expand_grid(grid)
+    assert edited[0].id != ids[0] and edited[1].id == ids[1]
+    assert [s.slot for s in edited] == [s.slot for s in expand_grid(grid)]
+
+
+def test_an_edited_model_file_reruns_its_scenarios_and_replaces_their_rows(tmp_path, monkeypatch):
+    grid = _model_grid(tmp_path)
+    out = tmp_path / "r.csv"
+    assert run_sweep(grid, out, quiet=True, workers=1)["ran"] == 2
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    monkeypatch.chdir(other)  # a rerun from another directory resumes everything
+    again = run_sweep(os.path.relpath(grid), os.path.relpath(out), quiet=True, workers=1)
+    assert (again["ran"], again["resumed"]) == (0, 2)
+    (tmp_path / "m.yaml").write_text("base: gpt-1.7b\nname: tiny\nnum_layers: 12\n")
+    notes = io.StringIO()
+    third = run_sweep(grid, out, quiet=True, workers=1, stream=notes)
+    assert (third["ran"], third["changed"], third["stale_rows"]) == (1, 1, 0)
+    assert notes.getvalue() == (f"nest: note: model {tmp_path / 'm.yaml'} changed since {out}.jsonl was written: "
+                                "its 1 scenario rerun, old rows replaced\n")
+    rows = _rows(tmp_path / "r.csv.jsonl")
+    assert sorted(r["id"] for r in rows) == sorted(s.id for s in expand_grid(grid))
+    csv_lines = out.read_text().splitlines()
+    assert len(csv_lines) == 3 and ",12," not in csv_lines[2]
 
 
 # -- Dask ------------------------------------------------------------------------------------

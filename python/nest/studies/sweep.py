@@ -19,25 +19,47 @@ A grid file (YAML or JSON) names the axes; their cartesian product is the scenar
     price_per_device_hour: 2.5                 # optional: adds cost_per_Mtoken to each row
     plot: {x: bw_leaf, y: throughput}          # optional: plot axes (see sweep_plot)
 
-Every scenario has a stable ``id``: a hash of its parameters (model and cluster names or
-file paths as written, devices, multipliers, oversubscription, memory, job), so a rerun
-of the same grid with the same ``out`` skips the rows it already has.
+Scenario keys. Every scenario has an ``id``: a hash of its *resolved* inputs (the
+loaded model and cluster specs, whatever file or preset they came from, and the
+devices, multipliers, oversubscription, memory, job and limits), and a ``slot``: the
+same hash with the model and cluster named instead (a preset name, or a file's real
+path). A rerun of the same grid with the same ``out`` skips the rows it has (also from
+another directory: the id does not depend on how a path is written); a scenario whose
+slot has a row of another id had an input edited since that row was written: nest
+reports each changed model or cluster on stderr (one line, with the number of
+scenarios), reruns those scenarios and drops their old rows from the journal (so the
+journal and the table hold each scenario exactly once). Two grid entries with the same
+resolved content are one scenario.
 
-Output: ``out`` ending in ``.jsonl`` is the journal itself: one JSON object per line,
-appended, flushed and fsync'ed as each scenario completes. For ``.csv`` and ``.parquet``
-(pyarrow) the journal is ``<out>.jsonl`` beside it (kept: it is what a rerun resumes
-from) and the table is rewritten whole through a temporary file and ``os.replace`` every
-``table_every_s`` seconds and at the end. A kill leaves at worst a torn last journal line;
-the next run truncates it and reruns that scenario, so every scenario appears exactly once.
-Rows are flat: scenario parameters (``model cluster devices bw_<tier> oversub_<tier>
-memory_GiB global_batch seq_len``), ``status`` (``ok``, ``infeasible``: no plan fits,
-``invalid``: the scenario is inconsistent, e.g. the batch does not divide; ``error``:
-anything else), ``reason``, the plan's parallel degrees and ``step_time_s
-throughput_tokens_per_s mfu devices_used memory_per_device_bytes solve_time_s``.
+Output: ``out`` ending in ``.jsonl`` is the journal itself: a header line
+``{"nest_sweep_journal": 1, ...}`` then one JSON object per row (the table's columns
+plus ``slot`` and ``inputs``, the digests of the model and cluster), appended, flushed
+and fsync'ed as each scenario completes (read it with :func:`read_journal`, or skip its
+first line). For ``.csv`` and ``.parquet`` (pyarrow) the journal is ``<out>.jsonl``
+beside it (kept: it is what a rerun resumes from) and the table is rewritten whole
+through a temporary file and ``os.replace`` every ``table_every_s`` seconds and at the
+end. A kill leaves at worst a torn last journal line; the next run cuts it off (and
+says so) and reruns that scenario, so every scenario appears exactly once; a damaged
+line elsewhere is refused (SpecError naming the line). Rows are flat: scenario
+parameters (``model cluster devices bw_<tier> oversub_<tier> memory_GiB global_batch
+seq_len``), ``status`` (``ok``, ``infeasible``: no plan fits, ``invalid``: the scenario
+is inconsistent, e.g. the batch does not divide; ``error``: anything else), ``reason``,
+the plan's parallel degrees and ``step_time_s throughput_tokens_per_s mfu devices_used
+memory_per_device_bytes solve_time_s``.
 
-Executors. The default runs a ``ProcessPoolExecutor`` over all cores with the *spawn*
-start method (fork after libgomp has started threads can hang); ``OMP_NUM_THREADS=1`` is
-in the environment every worker starts with (the parent sets it for the duration of the
+Safety (:mod:`nest.studies.journal`). A sweep holds an exclusive lock on
+``<journal>.lock`` for its whole run: a second sweep on the same output refuses at
+once. nest writes only files it recognises as its own (a journal by its header line, a
+CSV table by its header row, a Parquet table by its metadata): any other existing file
+at ``out`` or at the journal's path is refused (SpecError, nothing touched). Ctrl-C
+raises :class:`SweepInterrupted` (a ``KeyboardInterrupt`` saying how many scenarios are
+saved and the command that resumes) after stopping the workers.
+
+Executors (:mod:`nest.studies.sweep_pool`). The default runs a ``ProcessPoolExecutor``
+with the *spawn* start method (fork after libgomp has started threads can hang) over
+the CPUs the process may use (``workers`` above that count is capped, with a note);
+its workers die with the sweep (also on ``kill -9``). ``OMP_NUM_THREADS=1`` is in the
+environment every worker starts with (the parent sets it for the duration of the
 sweep) and each plan runs with ``threads=1``: scenarios are the parallelism.
 
 Dask: ``scheduler="tcp://host:port"`` sends scenarios to an existing ``distributed``
@@ -67,13 +89,13 @@ are rebuilt for every scenario, and nothing is shared between worker processes.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import math
 import os
+import shlex
+import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..cost.compute import KernelModel
@@ -88,8 +110,21 @@ from ..presets.clusters import CLUSTERS
 from ..report.progress import Progress
 from ..specs import FRAMEWORKS, MOE_DISPATCHERS, OVERLAP_SWITCHES
 from ..units import GiB
-from .journal import Journal, journal_path, read_journal, write_table
+from .journal import (
+    Journal,
+    SweepLock,
+    check_table,
+    create_journal,
+    journal_path,
+    read_journal,
+    remove_leftovers,
+    rewrite_journal,
+    saved_ids,
+    write_table,
+)
+from .sweep_keys import identity, scenario_id, spec_digest, superseded_rows
 from .sweep_plot import sweep_plot
+from .sweep_pool import cpu_count, iter_dask, iter_local
 
 _GRID_KEYS = {"models", "clusters", "bandwidth_multipliers", "oversubscription", "memory_GiB",
               "jobs", "limits", "price_per_device_hour", "plot", "name"}
@@ -110,11 +145,15 @@ RESULT_FIELDS = ("step_time_s", "throughput_tokens_per_s", "mfu", "devices_used"
 
 @dataclass(frozen=True)
 class Scenario:
-    """One point of the grid: ``params`` is canonical JSON-able data, ``id`` its hash."""
+    """One point of the grid: ``params`` is canonical JSON-able data; ``id`` the hash of
+    its resolved content, ``slot`` of its place in the grid (model and cluster named),
+    ``inputs`` the digests of its model and cluster specs."""
 
     id: str
     index: int
     params: dict
+    slot: str = ""
+    inputs: dict = field(default_factory=dict)
 
 
 def _as_list(value, field: str, *, allow_none=False) -> list:
@@ -135,10 +174,11 @@ def _number(value, field: str, *, integer=False):
 
 def _resolve(path: str, base: Path | None) -> str:
     """A relative spec-file path is read relative to the grid file (presets unchanged)."""
-    if base is None or not is_path(path) or Path(path).is_absolute() or Path(path).exists():
+    # os.path.exists: False (not an OSError) for names too long for the file system
+    if base is None or not is_path(path) or Path(path).is_absolute() or os.path.exists(path):
         return path
     candidate = base / path
-    return str(candidate) if candidate.exists() else path
+    return str(candidate) if os.path.exists(candidate) else path
 
 
 def read_grid(grid) -> dict:
@@ -170,10 +210,10 @@ def expand_grid(grid, framework: str | None = None) -> list[Scenario]:
             raise SpecError(f"grid.models[{i}] = {short_repr(name)}: must be a preset name or a file path")
         name = _resolve(name, base)
         try:
-            load_model(name)
+            spec = load_model(name)
         except SpecError as error:
             raise SpecError(f"grid.models[{i}]: {error}") from None
-        models.append(name)
+        models.append((name, spec_digest(spec)))
 
     clusters = []  # (name, devices or None, tier names)
     for i, entry in enumerate(_as_list(data["clusters"], "grid.clusters")):
@@ -196,7 +236,7 @@ def expand_grid(grid, framework: str | None = None) -> list[Scenario]:
             except SpecError as error:
                 raise SpecError(f"{where}: {error}") from None
             family = [t.name for t in (CLUSTERS[name].tiers if name in CLUSTERS else spec.tiers)]
-            clusters.append((name, spec.num_devices if n is None else n,
+            clusters.append(((name, spec_digest(spec)), spec.num_devices if n is None else n,
                              [t.name for t in spec.tiers], family))
 
     def per_tier(key):
@@ -264,8 +304,8 @@ def expand_grid(grid, framework: str | None = None) -> list[Scenario]:
         raise SpecError(f"grid.plot = {short_repr(plot)}: must be a mapping with keys x and/or y")
 
     scenarios, seen = [], set()
-    for model, (cluster, devices, tiers, _), bw, ov, mem, job in itertools.product(
-            models, clusters, bandwidths, oversubs, memories, jobs):
+    for (model, model_digest), ((cluster, cluster_digest), devices, tiers, _), bw, ov, mem, job in \
+            itertools.product(models, clusters, bandwidths, oversubs, memories, jobs):
         params = {"model": model, "cluster": cluster, "devices": devices,
                   "bandwidth": {t: v for t, v in bw.items() if t in tiers},
                   "oversubscription": {t: v for t, v in ov.items() if t in tiers},
@@ -274,11 +314,13 @@ def expand_grid(grid, framework: str | None = None) -> list[Scenario]:
             params["limits"] = limits
         if price is not None:
             params["price_per_device_hour"] = price
-        key = scenario_id(params)
+        key = scenario_id({**params, "model": model_digest, "cluster": cluster_digest})
         if key in seen:  # e.g. a multiplier of a tier this cluster lacks: one scenario
             continue
         seen.add(key)
-        scenarios.append(Scenario(key, len(scenarios), params))
+        slot = scenario_id({**params, "model": identity(model), "cluster": identity(cluster)})
+        scenarios.append(Scenario(key, len(scenarios), params, slot,
+                                  {"model": model_digest, "cluster": cluster_digest}))
     return scenarios
 
 
@@ -322,12 +364,6 @@ def _check_size(data: dict) -> None:
                         "models, clusters x devices, per-tier values, memory_GiB and jobs); split the grid")
 
 
-def scenario_id(params: dict) -> str:
-    """Stable hash of a scenario's parameters (independent of key order and grid order)."""
-    text = json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def grid_options(grid) -> dict:
     data = read_grid(grid)
     return {"price_per_device_hour": data.get("price_per_device_hour"), "plot": data.get("plot") or {}}
@@ -338,10 +374,6 @@ def grid_options(grid) -> dict:
 _MODELS: dict = {}
 _CLUSTERS: dict = {}
 _SOURCES: dict = {}
-
-
-def _init_worker() -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def _model(name):
@@ -459,46 +491,43 @@ def _batches(todo: list[Scenario], batch_size: int) -> list[list[tuple]]:
     return [items[i:i + batch_size] for i in range(0, len(items), batch_size)]
 
 
-def _iter_local(batches, workers):
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context,
-                             initializer=_init_worker) as pool:
-        futures = [pool.submit(_run_batch, batch) for batch in batches]
-        try:
-            for future in as_completed(futures):
-                yield future.result()
-        finally:
-            for future in futures:
-                future.cancel()
-
-
-def _iter_dask(batches, scheduler=None, dask_local=None):
-    try:
-        from distributed import Client, LocalCluster, as_completed
-    except ImportError:
-        raise SpecError("scheduler: Dask needs the 'distributed' package "
-                        "(pip install 'nest-planner[dask]')") from None
-    cluster = None
-    if scheduler is None:
-        cluster = LocalCluster(n_workers=int(dask_local), threads_per_worker=1, processes=True,
-                               dashboard_address=None)
-        client = Client(cluster)
-    else:
-        client = Client(scheduler)
-    try:
-        futures = [client.submit(_run_batch, batch, pure=False) for batch in batches]
-        for future in as_completed(futures):
-            yield future.result()
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
-
-
 # -- the sweep ---------------------------------------------------------------------------
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`run_sweep`, raised once the workers are stopped: the rows
+    saved so far stay in the journal, and ``str()`` is the one-line report (how many
+    scenarios are saved, None if it stopped before reading the journal, and the command
+    that resumes)."""
+
+    def __init__(self, saved: int | None, total: int, journal, command: str | None):
+        self.saved, self.total, self.journal, self.command = saved, total, str(journal), command
+        resume = f"resume with: {command}" if command else "rerun the same sweep to resume"
+        done = (f"{saved} of {total} scenarios saved in {journal}" if saved is not None
+                else f"before it resumed from or wrote {journal}")
+        super().__init__(f"sweep interrupted: {done}; {resume}")
+
+
+def _resume_command(grid, out, *, framework, workers, scheduler, dask_local, quiet, plot) -> str | None:
+    """The ``nest sweep`` command line of these arguments (None for a grid given as a dict)."""
+    if not isinstance(grid, (str, os.PathLike)):
+        return None
+    words = ["nest", "sweep", os.fspath(grid), "--out", os.fspath(out)]
+    for flag, value in (("--framework", framework), ("--workers", workers), ("--scheduler", scheduler),
+                        ("--dask-local", dask_local), ("--plot", plot)):
+        if value is not None:
+            words += [flag, str(value)]
+    return shlex.join(words + (["--quiet"] if quiet else []))
+
+
+_TABLE_COLUMNS = frozenset({"id", "model", "cluster", "devices", "memory_GiB", "global_batch", "seq_len",
+                            "dtype", "framework", "moe_dispatcher", *OVERLAP_SWITCHES, "status", "reason",
+                            *PLAN_FIELDS, *RESULT_FIELDS, "cost_per_Mtoken"})
+
+
+def _table_column(name: str) -> bool:
+    """Whether nest's sweep tables have (or may have) a column of this name."""
+    return name in _TABLE_COLUMNS or name.startswith(("bw_", "oversub_"))
 
 
 def run_sweep(grid_path, out_path, *, scheduler: str | None = None, dask_local: int | None = None,
@@ -509,10 +538,13 @@ def run_sweep(grid_path, out_path, *, scheduler: str | None = None, dask_local: 
 
     ``out_path`` ends in ``.jsonl``, ``.csv`` or ``.parquet``. ``scheduler`` (a Dask
     address) or ``dask_local`` (a local Dask cluster of N workers) choose Dask; otherwise
-    a spawn process pool of ``workers`` processes (default: all cores). ``plot`` writes
-    the co-design plot. ``framework`` is the target framework of every job that names none
-    (the grid's ``jobs[].framework``). SpecError on a bad grid or output path; a scenario's
-    own failure is a row, never an exception.
+    a spawn process pool of ``workers`` processes (default, and at most: the CPUs this
+    process may use). ``plot`` writes the co-design plot. ``framework`` is the target
+    framework of every job that names none (the grid's ``jobs[].framework``). Progress
+    and notes (changed inputs, a torn journal line, capped workers) go to ``stream``
+    (stderr). SpecError on a bad grid or output path, an output nest did not write, one
+    another sweep is writing, a damaged journal or a failed write; SweepInterrupted on
+    Ctrl-C; a scenario's own failure is a row, never an exception.
     """
     started = time.perf_counter()
     out = Path(out_path)
@@ -527,38 +559,97 @@ def run_sweep(grid_path, out_path, *, scheduler: str | None = None, dask_local: 
         raise SpecError("dask_local: give either a scheduler address or a local Dask cluster size, not both")
     if dask_local is not None and (not isinstance(dask_local, int) or dask_local < 1):
         raise SpecError(f"dask_local = {short_repr(dask_local)}: must be a positive integer")
-    if workers is not None and (not isinstance(workers, int) or workers < 1):
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
         raise SpecError(f"workers = {short_repr(workers)}: must be a positive integer")
-    scenarios = expand_grid(grid_path, framework)
-    options = grid_options(grid_path)
-    journal = journal_path(out)
-    existing = read_journal(journal)
-    wanted = {s.id for s in scenarios}
-    todo = [s for s in scenarios if s.id not in existing]
-    progress = Progress(len(scenarios), len(scenarios) - len(todo), stream, quiet)
+    command = _resume_command(grid_path, out_path, framework=framework, workers=workers, scheduler=scheduler,
+                              dask_local=dask_local, quiet=quiet, plot=plot)
+    notes = sys.stderr if stream is None else stream
 
-    if scheduler is None and dask_local is None:
-        workers = workers or os.cpu_count() or 1
-    else:
-        workers = workers or dask_local or 8
+    def note(message: str) -> None:
+        notes.write(f"nest: note: {message}\n")
+        notes.flush()
+
+    journal = journal_path(out)
+    scenarios, rows, state = [], {}, {"read": False}  # read: rows holds the journal's
+    try:
+        scenarios = expand_grid(grid_path, framework)
+        options = grid_options(grid_path)
+        if scheduler is None and dask_local is None:
+            cpus = cpu_count()
+            if workers is not None and workers > cpus:
+                note(f"workers = {workers}: more than the {cpus} CPUs this process may use; using {cpus}")
+            workers = min(workers or cpus, cpus)
+        else:
+            workers = workers or dask_local or 8
+        try:
+            with SweepLock(journal, out_path):
+                stats = _sweep_locked(scenarios, out, journal, rows, state, note, scheduler=scheduler,
+                                      dask_local=dask_local, workers=workers, batch_size=batch_size,
+                                      table_every_s=table_every_s, stream=stream, quiet=quiet)
+        except OSError as error:  # a full disk, a read-only directory, ...
+            saved = sum(s.id in rows for s in scenarios)
+            raise SpecError(f"out = {str(out_path)!r}: cannot write {error.filename or journal}: "
+                            f"{error.strerror or error}; {saved} of {len(scenarios)} scenarios saved "
+                            "(rerun the same sweep to resume)") from None
+    except KeyboardInterrupt:
+        saved = len({s.id for s in scenarios} & saved_ids(journal)) if state["read"] else None
+        raise SweepInterrupted(saved, len(scenarios), journal, command) from None
+    table = _ordered(rows, scenarios)
+    if plot:
+        sweep_plot(table, plot, x=options["plot"].get("x"), y=options["plot"].get("y"))
+    wall = time.perf_counter() - started
+    counts = {status: sum(r.get("status") == status for r in table)
+              for status in ("ok", "infeasible", "invalid", "error")}
+    ran = stats["ran"]
+    return {"total": len(scenarios), "resumed": len(scenarios) - ran, "ran": ran, "changed": stats["changed"],
+            **counts, "stale_rows": len(set(rows) - {s.id for s in scenarios}), "workers": workers,
+            "wall_s": wall, "scenarios_per_s": ran / wall if wall > 0 else 0.0, "out": str(out),
+            "journal": str(journal), "plot": plot}
+
+
+def _sweep_locked(scenarios, out: Path, journal: Path, rows: dict, state: dict, note, *, scheduler, dask_local,
+                  workers, batch_size, table_every_s, stream, quiet) -> dict:
+    """The part of :func:`run_sweep` that holds the lock: check the outputs are nest's,
+    resume from the journal, run the rest; ``rows`` fills with the journal's rows."""
+    what = "out" if journal == out else "journal"
+    had_table = out != journal and check_table(out, _table_column)
+    fresh = not os.path.lexists(journal)
+    existing = read_journal(journal, note, what, repair=True)  # may cut a torn last line: after every check
+    if had_table and fresh:
+        note(f"{out}: no journal {journal.name} beside it: every scenario runs and the table is rewritten")
+    remove_leftovers(out, journal)
+    superseded, rerun = superseded_rows(existing, scenarios, journal, note)
+    if fresh:
+        create_journal(journal)
+    elif superseded:
+        for key in superseded:
+            existing.pop(key)
+        rewrite_journal(journal, list(existing.values()))
+    rows.update(existing)
+    state["read"] = True
+    todo = [s for s in scenarios if s.id not in existing]
+    current = {s.id: s for s in todo}
+    progress = Progress(len(scenarios), len(scenarios) - len(todo), stream, quiet)
     if batch_size is None:  # a few batches per worker for balance, at most 4 scenarios each
         batch_size = max(1, min(4, len(todo) // (4 * workers) or 1))
     batches = _batches(todo, batch_size)
 
-    rows = dict(existing)
     saved_env = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = "1"  # inherited by every worker the sweep starts
     writer = Journal(journal)
     last_table = time.perf_counter()
+    results = iter(())
     try:
         if not batches:
-            stream_ = iter(())
+            pass
         elif scheduler is None and dask_local is None:
-            stream_ = _iter_local(batches, workers)
+            results = iter_local(_run_batch, batches, workers)
         else:
-            stream_ = _iter_dask(batches, scheduler, dask_local)
-        for batch_rows in stream_:
+            results = iter_dask(_run_batch, batches, scheduler, dask_local)
+        for batch_rows in results:
             for row in batch_rows:
+                scenario = current[row["id"]]
+                row["slot"], row["inputs"] = scenario.slot, scenario.inputs
                 writer.append(row)
                 rows[row["id"]] = row
             progress.update(len(batch_rows))
@@ -566,25 +657,18 @@ def run_sweep(grid_path, out_path, *, scheduler: str | None = None, dask_local: 
                 write_table(_ordered(rows, scenarios), out)
                 last_table = time.perf_counter()
     finally:
+        close = getattr(results, "close", None)
+        if close is not None:  # stops the workers now if the loop ended early
+            close()
         writer.close()
         if saved_env is None:
             os.environ.pop("OMP_NUM_THREADS", None)
         else:
             os.environ["OMP_NUM_THREADS"] = saved_env
         progress.close()
-    table = _ordered(rows, scenarios)
     if out.suffix != ".jsonl":
-        write_table(table, out)
-    if plot:
-        sweep_plot(table, plot, x=options["plot"].get("x"), y=options["plot"].get("y"))
-    wall = time.perf_counter() - started
-    counts = {status: sum(r.get("status") == status for r in table)
-              for status in ("ok", "infeasible", "invalid", "error")}
-    ran = len(todo)
-    return {"total": len(scenarios), "resumed": len(scenarios) - len(todo), "ran": ran,
-            **counts, "stale_rows": len(set(existing) - wanted), "wall_s": wall,
-            "scenarios_per_s": ran / wall if wall > 0 else 0.0, "out": str(out),
-            "journal": str(journal), "plot": plot}
+        write_table(_ordered(rows, scenarios), out)
+    return {"ran": len(todo), "changed": len(rerun)}
 
 
 def _ordered(rows: dict[str, dict], scenarios: list[Scenario]) -> list[dict]:

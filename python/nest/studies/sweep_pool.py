@@ -1,0 +1,136 @@
+"""The executors of ``nest sweep``: a local spawn process pool whose workers die with the
+sweep, and Dask.
+
+Local workers. Spawned (never forked after OpenMP started), single-threaded
+(``OMP_NUM_THREADS=1``), and tied to the sweep's process: on Linux each worker asks the
+kernel for ``SIGKILL`` when its parent dies (``prctl(PR_SET_PDEATHSIG)``), elsewhere a
+thread polls ``os.getppid()``; a ``kill -9`` of the sweep therefore leaves no worker
+computing. Ctrl-C is the sweep's alone: SIGINT is blocked while the workers start and
+ignored in them (a terminal sends it to the whole process group), and when the sweep
+stops early it kills its workers instead of waiting for their batches.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import threading
+import time
+
+from ..errors import SpecError
+
+_PR_SET_PDEATHSIG = 1
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on: its affinity mask (``os.process_cpu_count``), capped
+    by a cgroup v2 CPU quota (``cpu.max`` of a container)."""
+    if hasattr(os, "process_cpu_count"):
+        count = os.process_cpu_count()
+    elif hasattr(os, "sched_getaffinity"):
+        count = len(os.sched_getaffinity(0))
+    else:
+        count = os.cpu_count()
+    count = count or 1
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            count = min(count, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return count
+
+
+def _die_with_parent() -> bool:
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(parent: int) -> None:
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent:
+            os._exit(1)
+
+
+def init_worker(parent: int) -> None:
+    """Initializer of every local worker (``parent``: the sweep's pid)."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    if not _die_with_parent():
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    if os.getppid() != parent:  # the sweep died before the request took effect
+        os._exit(1)
+
+
+def _kill_workers(pool) -> None:
+    kill = getattr(pool, "kill_workers", None)  # Python 3.14
+    if kill is not None:
+        kill()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        try:
+            process.kill()
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
+def iter_local(run_batch, batches, workers):
+    """Rows of each batch (``run_batch(batch)``) as the workers finish them."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    context = multiprocessing.get_context("spawn")
+    pool, futures, finished = None, [], False
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        try:  # workers (and the pool's thread) start with SIGINT blocked; a Ctrl-C now waits below
+            pool = ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                                       initializer=init_worker, initargs=(os.getpid(),))
+            futures = [pool.submit(run_batch, batch) for batch in batches]
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        for future in as_completed(futures):
+            yield future.result()
+        finished = True
+    finally:
+        if pool is not None:
+            if not finished:  # interrupted or failed: stop now, not after the running batches
+                for future in futures:
+                    future.cancel()
+                _kill_workers(pool)
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def iter_dask(run_batch, batches, scheduler=None, dask_local=None):
+    """Rows of each batch, computed on a Dask cluster (``scheduler``: an address;
+    ``dask_local``: a local cluster of that many single-threaded worker processes)."""
+    try:
+        from distributed import Client, LocalCluster, as_completed
+    except ImportError:
+        raise SpecError("scheduler: Dask needs the 'distributed' package "
+                        "(pip install 'nest-planner[dask]')") from None
+    cluster = None
+    if scheduler is None:
+        cluster = LocalCluster(n_workers=int(dask_local), threads_per_worker=1, processes=True,
+                               dashboard_address=None)
+        client = Client(cluster)
+    else:
+        client = Client(scheduler)
+    try:
+        futures = [client.submit(run_batch, batch, pure=False) for batch in batches]
+        for future in as_completed(futures):
+            yield future.result()
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
