@@ -5,6 +5,7 @@
 * Growth of the solve time from 64 to 16384 devices.
 * Ranking by the exact schedule (default) against ranking by the closed form.
 * The search restricted to a framework against the whole space.
+* Optimizer offload: none, the default (where nothing else fits) and every fraction everywhere.
 * Interleaved candidates: the DP with the last virtual stage priced apart against the
   same candidates under SC'21's ``(m v + p - 1) x slowest`` (one max).
 """
@@ -102,4 +103,23 @@ def test_plan_framework(benchmark, model, cluster, devices, fw):
     plan = benchmark.pedantic(nest.plan, args=(spec, c, job), rounds=3, iterations=1)
     benchmark.extra_info["step_time_s"] = plan.step_time_s
     benchmark.extra_info["parallelism"] = plan.parallelism
+    benchmark.extra_info["candidates_evaluated"] = plan.candidates_evaluated
+
+
+OFFLOAD_CASES = [("gpt3-175b", "dgx-a100", 1024), ("llama3-70b", "dgx-h100", 64), ("gpt3-175b", "dgx-a100", 64)]
+OFFLOAD_SPACES = {"none": (0.0,), "when-needed": None, "everywhere": (0.0, 0.25, 0.5, 0.75, 1.0)}
+
+
+@pytest.mark.parametrize("space", list(OFFLOAD_SPACES))
+@pytest.mark.parametrize("model,cluster,devices", OFFLOAD_CASES)
+def test_plan_offload(benchmark, model, cluster, devices, space):
+    """Optimizer offload as a search dimension: without it, the default (a fraction only
+    where a configuration fits no other way) and every fraction everywhere; solve time,
+    and the step each finds (in extra_info)."""
+    c = nest.load_cluster(cluster, devices=devices)
+    limits = nest.SpaceLimits(offload=OFFLOAD_SPACES[space])
+    benchmark.group = f"plan {model} {cluster} {devices}: optimizer offload"
+    plan = benchmark.pedantic(nest.plan, args=(model, c), kwargs={"limits": limits}, rounds=3, iterations=1)
+    benchmark.extra_info["step_time_s"] = plan.step_time_s
+    benchmark.extra_info["offload"] = plan.parallelism["optimizer_offload_fraction"]
     benchmark.extra_info["candidates_evaluated"] = plan.candidates_evaluated

@@ -9,11 +9,12 @@
 // ---------------------------------------------------------
 // Stage k of a split takes nodes [i, j). It is *allowed* iff
 //   (a) W(i,j) = PW[j] - PW[i] <= Wcap,
-//   (b) mem_fixed + pos_fixed_k + mem_per_param * W(i,j) + inflight_k * A(i,j) <= capacity,
+//   (b) mem_fixed + pos_fixed_k + mem_per_param * W(i,j) + inflight_k * A(i,j) <= capacity
+//       and host_per_param * H(i,j) <= host_capacity (offloaded optimizer state),
 //   (c) T_k(i,j) = PT[j] - PT[i] + fwd_k(j) + bwd_k(i) <= Tcap,
 // with fwd_k(j) = send[tier_k][j-1] (k < p-1, else 0) and bwd_k(i) = send[tier_{k-1}][i-1]
 // (k > 0, else 0). (a) and (b) are monotone under segment inclusion: W and A are sums of
-// non-negative integers, int64 -> double conversion, multiplication by a non-negative
+// non-negative integers (H too), int64 -> double conversion, multiplication by a non-negative
 // double and double addition are all monotone (IEEE rounding is monotone). So for fixed
 // k and j the starts i satisfying (a) and (b) form an interval [lo_k(j), j-1] (possibly
 // empty) and lo_k(j) is non-decreasing in j. (c) separates exactly in int64:
@@ -81,7 +82,7 @@ void require_length(const ArrayView<T>& a, const char* name, int64_t n, const ch
 
 // Prefix sums of one layer-config table and the bound on any stage time.
 struct ConfigTables {
-    std::vector<int64_t> prefix_time, prefix_params, prefix_act, prefix_mem;  // [C * (L + 1)]
+    std::vector<int64_t> prefix_time, prefix_params, prefix_act, prefix_mem, prefix_host;  // [C * (L + 1)]
     std::vector<int64_t> time_bound;  // Tbound[c] = PT[L] + 2 * max(send[c])
     std::vector<int64_t> max_time_node, max_params_node;  // max over single nodes
 };
@@ -96,6 +97,7 @@ ConfigTables build_tables(const Problem& pb) {
     t.prefix_params.assign(C * (L + 1), 0);
     t.prefix_act.assign(C * (L + 1), 0);
     t.prefix_mem.assign(C * (L + 1), 0);
+    t.prefix_host.assign(C * (L + 1), 0);
     t.time_bound.assign(C, 0);
     t.max_time_node.assign(C, 0);
     t.max_params_node.assign(C, 0);
@@ -105,6 +107,8 @@ ConfigTables build_tables(const Problem& pb) {
         const int64_t* ap = pb.act_bytes.data + c * L;
         const int64_t* mp = pb.mem_params.data + c * L;
         int64_t* PM = t.prefix_mem.data() + c * (L + 1);
+        const int64_t* hp = pb.host_params.data + c * L;
+        int64_t* PH = t.prefix_host.data() + c * (L + 1);
         int64_t* PT = t.prefix_time.data() + c * (L + 1);
         int64_t* PW = t.prefix_params.data() + c * (L + 1);
         int64_t* PA = t.prefix_act.data() + c * (L + 1);
@@ -113,6 +117,7 @@ ConfigTables build_tables(const Problem& pb) {
             require(!add_overflows(PW[i], pp[i], &PW[i + 1]), "sum of params overflows int64");
             require(!add_overflows(PA[i], ap[i], &PA[i + 1]), "sum of act_bytes overflows int64");
             require(!add_overflows(PM[i], mp[i], &PM[i + 1]), "sum of mem_params overflows int64");
+            require(!add_overflows(PH[i], hp[i], &PH[i + 1]), "sum of host_params overflows int64");
             t.max_time_node[c] = std::max(t.max_time_node[c], tp[i]);
             t.max_params_node[c] = std::max(t.max_params_node[c], pp[i]);
         }
@@ -154,11 +159,15 @@ void check_values(const Problem& pb) {
     require_shape(pb.pos_inflight, "pos_inflight", 1);
     require_shape(pb.pos_mem_fixed, "pos_mem_fixed", 1);
     require_shape(pb.pos_tier, "pos_tier", 1);
+    require_shape(pb.host_params, "host_params", 2);
+    require_shape(pb.cand_host_per_param, "cand_host_per_param", 1);
 
     const int64_t C = pb.time_ps.shape[0], L = pb.time_ps.shape[1];
     require(pb.params.shape[0] == C && pb.params.shape[1] == L && pb.act_bytes.shape[0] == C &&
                 pb.act_bytes.shape[1] == L && pb.mem_params.shape[0] == C && pb.mem_params.shape[1] == L,
             "params, mem_params and act_bytes must have the shape of time_ps");
+    require(pb.host_params.shape[0] == C && pb.host_params.shape[1] == L,
+            "host_params must have the shape of time_ps");
     require(pb.send_ps.shape[0] == C && pb.send_ps.shape[2] == L,
             "send_ps must have shape [configs, tiers, nodes]");
     const int64_t N = pb.cand_config.shape[0];
@@ -171,6 +180,7 @@ void check_values(const Problem& pb) {
     require_length(pb.cand_g0, "cand_g0", N, per_cand);
     require_length(pb.cand_g1, "cand_g1", N, per_cand);
     require_length(pb.cand_lower_bound, "cand_lower_bound", N, per_cand);
+    require_length(pb.cand_host_per_param, "cand_host_per_param", N, per_cand);
     require(pb.pos_offset.shape[0] == N + 1 && pb.pos_offset.data[0] == 0,
             "pos_offset must have candidates + 1 entries starting at 0");
     const int64_t total = pb.pos_offset.data[N];
@@ -190,6 +200,7 @@ void check_values(const Problem& pb) {
     non_negative(pb.mem_params, "mem_params");
     non_negative(pb.act_bytes, "act_bytes");
     non_negative(pb.send_ps, "send_ps");
+    non_negative(pb.host_params, "host_params");
     auto finite_non_negative = [](const ArrayView<double>& a, const char* name) {
         const int64_t n = a.size();
         for (int64_t i = 0; i < n; ++i)
@@ -202,7 +213,9 @@ void check_values(const Problem& pb) {
     finite_non_negative(pb.cand_g1, "cand_g1");
     finite_non_negative(pb.pos_inflight, "pos_inflight");
     finite_non_negative(pb.pos_mem_fixed, "pos_mem_fixed");
+    finite_non_negative(pb.cand_host_per_param, "cand_host_per_param");
     require(std::isfinite(pb.capacity), "capacity must be finite");
+    require(std::isfinite(pb.host_capacity), "host_capacity must be finite");
     for (int64_t n = 0; n < N; ++n)
         require(pb.cand_config.data[n] >= 0 && pb.cand_config.data[n] < C, "cand_config out of range");
     for (int64_t n = 0; n < N; ++n) require(pb.cand_scale.data[n] >= 0, "cand_scale must be non-negative");
@@ -409,6 +422,7 @@ class CandidateSolver {
         PW_ = tables_.prefix_params.data() + c * (L_ + 1);
         PA_ = tables_.prefix_act.data() + c * (L_ + 1);
         PM_ = tables_.prefix_mem.data() + c * (L_ + 1);
+        PH_ = tables_.prefix_host.data() + c * (L_ + 1);
         send_ = pb_.send_ps.data + c * pb_.send_ps.shape[1] * L_;
         inflight_ = pb_.pos_inflight.data + start;
         pos_fixed_ = pb_.pos_mem_fixed.data + start;
@@ -416,6 +430,8 @@ class CandidateSolver {
         mem_fixed_ = pb_.cand_mem_fixed.data[n];
         mem_per_param_ = pb_.cand_mem_per_param.data[n];
         capacity_ = pb_.capacity;
+        host_per_param_ = pb_.cand_host_per_param.data[n];
+        host_capacity_ = pb_.host_capacity;
         scale_ = pb_.cand_scale.data[n];
         offset_ = pb_.cand_offset.data[n];
         head_scale_ = pb_.cand_head_scale.data[n];
@@ -459,7 +475,9 @@ class CandidateSolver {
     bool fits(int64_t k, int64_t i, int64_t j) const {
         const double w = static_cast<double>(PM_[j] - PM_[i]);
         const double a = static_cast<double>(PA_[j] - PA_[i]);
-        return mem_fixed_ + pos_fixed_[k] + mem_per_param_ * w + inflight_[k] * a <= capacity_;
+        const double h = static_cast<double>(PH_[j] - PH_[i]);
+        return mem_fixed_ + pos_fixed_[k] + mem_per_param_ * w + inflight_[k] * a <= capacity_ &&
+               host_per_param_ * h <= host_capacity_;
     }
 
     int64_t fwd(int64_t k, int64_t j) const { return k < p_ - 1 ? send_[tier_[k] * L_ + j - 1] : 0; }
@@ -729,10 +747,11 @@ class CandidateSolver {
     const ConfigTables& tables_;
     const int64_t L_;
     int64_t p_ = 0;
-    const int64_t *PT_ = nullptr, *PW_ = nullptr, *PA_ = nullptr, *PM_ = nullptr, *send_ = nullptr;
+    const int64_t *PT_ = nullptr, *PW_ = nullptr, *PA_ = nullptr, *PM_ = nullptr, *PH_ = nullptr, *send_ = nullptr;
     const double *inflight_ = nullptr, *pos_fixed_ = nullptr;
     const int64_t* tier_ = nullptr;
     double mem_fixed_ = 0, mem_per_param_ = 0, capacity_ = 0, g0_ = 0, g1_ = 0;
+    double host_per_param_ = 0, host_capacity_ = 0;
     bool split_last_ = false;
     int64_t scale_ = 1, head_scale_ = 0, offset_ = 0, t_bound_ = 0, w_total_ = 0, t_base_ = 0, w_base_ = 0;
     std::vector<int64_t> mem_row_;

@@ -83,6 +83,10 @@ struct Problem {
     ArrayView<double> pos_mem_fixed;      // [P] bytes the position holds besides its segment
     ArrayView<int64_t> pos_tier;          // [P]
     double capacity = 0.0;
+    // Host memory: host_per_param * sum(host_params[i..j)) <= host_capacity per stage.
+    ArrayView<int64_t> host_params;        // [C, L] host bytes of offloaded state
+    ArrayView<double> cand_host_per_param; // [N]
+    double host_capacity = 0.0;
 };
 
 // python/nest/dp_problem.py::DPResult. Unsolved entries hold kInf (and -1 in ends).

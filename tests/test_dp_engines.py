@@ -13,6 +13,7 @@ from nest.dp.problem import CHUNK, INF, INFEASIBLE, PRUNED, SOLVED, DPProblem, D
 ARRAY_FIELDS = ("time_ps", "params", "mem_params", "act_bytes", "send_ps", "cand_config", "cand_scale",
                 "cand_offset", "cand_head_scale", "cand_mem_fixed", "cand_mem_per_param", "cand_g0", "cand_g1",
                 "cand_lower_bound", "pos_offset", "pos_inflight", "pos_mem_fixed", "pos_tier")
+HOST_FIELDS = ("host_params", "cand_host_per_param", "host_capacity")
 N_RANDOM = 320
 
 
@@ -99,6 +100,16 @@ def random_arrays(rng: np.random.Generator, max_nodes: int = 9, max_candidates: 
     cand_g1 = rng.uniform(0, 3, size=n) * mean_t / mean_w  # trades maxT against maxW
     cand_g1[rng.random(n) < 0.2] = 0.0
 
+    # host memory (offloaded optimizer state) binds in some problems
+    host_params = np.zeros_like(mem_params)
+    cand_host_per_param = np.zeros(n)
+    host_capacity = 0.0
+    if rng.random() < 0.3:
+        host_capacity = float(rng.choice([500.0, 2e3 + 0.1]))
+        host_params = rng.integers(0, 41, size=mem_params.shape).astype(np.int64)
+        h_total = np.maximum(host_params.sum(axis=1).astype(np.float64), 1.0)
+        cand_host_per_param = rng.uniform(0, 1, size=n) * host_capacity / h_total[cand_config] / tight
+
     lb_kind = rng.choice(["zero", "node", "huge", "mixed"])
     if lb_kind == "zero":
         lower = np.zeros(n, dtype=np.int64)
@@ -116,7 +127,8 @@ def random_arrays(rng: np.random.Generator, max_nodes: int = 9, max_candidates: 
             "cand_g0": cand_g0, "cand_g1": cand_g1,
             "cand_lower_bound": np.asarray(lower, dtype=np.int64), "pos_offset": pos_offset,
             "pos_inflight": pos_inflight, "pos_mem_fixed": pos_mem_fixed, "pos_tier": pos_tier,
-            "capacity": capacity}
+            "capacity": capacity, "host_params": host_params, "cand_host_per_param": cand_host_per_param,
+            "host_capacity": host_capacity}
 
 
 def random_problem(seed: int, **kw) -> DPProblem:
@@ -132,7 +144,7 @@ def assert_same(a: DPResult, b: DPResult) -> None:
 
 
 def without_pruning(problem: DPProblem) -> DPProblem:
-    arrays = {f: getattr(problem, f) for f in ARRAY_FIELDS}
+    arrays = {f: getattr(problem, f) for f in ARRAY_FIELDS + HOST_FIELDS}
     arrays["cand_lower_bound"] = np.zeros_like(problem.cand_lower_bound)
     return DPProblem.build(capacity=problem.capacity, **arrays)
 
@@ -224,7 +236,8 @@ def test_empty_candidate_list():
     arrays = random_arrays(np.random.default_rng(1))
     for name in ("cand_config", "cand_scale", "cand_offset", "cand_head_scale", "cand_lower_bound"):
         arrays[name] = np.zeros(0, np.int64)
-    for name in ("cand_mem_fixed", "cand_mem_per_param", "cand_g0", "cand_g1", "pos_inflight", "pos_mem_fixed"):
+    for name in ("cand_mem_fixed", "cand_mem_per_param", "cand_g0", "cand_g1", "pos_inflight", "pos_mem_fixed",
+                 "cand_host_per_param"):
         arrays[name] = np.zeros(0)
     arrays["pos_offset"] = np.zeros(1, np.int64)
     arrays["pos_tier"] = np.zeros(0, np.int64)

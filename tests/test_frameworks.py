@@ -13,6 +13,7 @@ import pytest
 
 import nest
 from nest.cli import main
+from nest.cost.offload import offload_ready
 from nest.cost.scenario import Scenario
 from nest.dp import engine
 from nest.dp.problem import SOLVED
@@ -39,7 +40,8 @@ MOE = ModelSpec(name="tiny-moe", num_layers=4, hidden=1024, num_heads=16, ffn_hi
 DEBUG = ModelSpec(name="llama3-debug", num_layers=6, hidden=256, num_heads=16, num_kv_heads=16, ffn_hidden=768,
                   vocab_size=2048, seq_len=2048, **DECODER)
 ORDERS_TRIED = (DEFAULT_ORDER, PP_LAST, "cp-tp-ep-dp-pp")
-EVERYTHING = SpaceLimits(sp=(False, True), zero=(0, 1, 2, 3), rank_order=ORDERS_TRIED)
+# optimizer offload 0.5 breaks each framework's offload rule (torchtitan: any; DeepSpeed: partial; Megatron: not ZeRO-1)
+EVERYTHING = SpaceLimits(sp=(False, True), zero=(0, 1, 2, 3), rank_order=ORDERS_TRIED, offload=(0.0, 0.5))
 
 
 def cluster(devices: int = 16, memory_gib: float = 80, preset: str = "dgx-a100"):
@@ -78,6 +80,8 @@ SEARCH_NEVER_BREAKS = {("megatron", "context-parallel-sequence"), ("megatron", "
 
 
 def _space(model, jobspec, limits=EVERYTHING, on=None) -> set[Candidate]:
+    if offload_ready(jobspec) is not None:  # 16-bit moments: the job cannot offload
+        limits = replace(limits, offload=(0.0,))
     scn = Scenario(model, on or cluster(), jobspec)
     partials = enumerate_partials(model, scn.cluster, jobspec, scn.num_nodes, limits)
     return set(expand(partials, np.arange(len(partials)), limits))
@@ -198,6 +202,9 @@ BREAKS = [
      {"optimizer": OptimizerSpec.of("adam", "fp32", "bf16")}),
     ("megatron", "fp8-param-gather", GPT, dict(tp=1, pp=1, dp=16, zero=0), {"dtype": "fp8", "fp8_param_gather": True}),
     ("megatron", "context-parallel-sequence", GPT, dict(tp=1, pp=1, dp=4, cp=4), {"seq_len": 1020}),
+    ("megatron", "optimizer-offload-distributed-optimizer", GPT, dict(tp=1, pp=1, dp=16, zero=3, optimizer_offload=0.5),
+     {}),
+    ("deepspeed", "whole-optimizer-offload", GPT, dict(tp=1, pp=1, dp=16, zero=1, optimizer_offload=0.5), {}),
     ("deepspeed", "zero-with-pipeline", GPT, dict(tp=1, pp=2, dp=8, zero=2), {}),
     ("deepspeed", "no-interleaving", GPT, dict(tp=1, pp=2, dp=4, vp=2), {}),
     ("deepspeed", "no-selective-recompute", GPT, dict(tp=1, pp=1, dp=16, recompute="selective"), {}),
@@ -214,6 +221,7 @@ BREAKS = [
     ("torchtitan", "sequence-parallel", DEBUG, dict(tp=2, pp=1, dp=8, zero=3, sp=False), {}),
     ("torchtitan", "no-selective-recompute", DEBUG, dict(tp=1, pp=1, dp=16, zero=3, recompute="selective"), {}),
     ("torchtitan", "sequence-divisor", DEBUG, dict(tp=8, pp=1, dp=1, cp=2, zero=3, sp=True), {"seq_len": 1040}),
+    ("torchtitan", "no-optimizer-offload", DEBUG, dict(tp=1, pp=1, dp=16, zero=3, optimizer_offload=1.0), {}),
 ]
 
 
@@ -241,7 +249,7 @@ def _columns(config: dict, jobspec: JobSpec):
     cfg = LayerConfig(config.get("tp", 1), config.get("sp", False), config["micro_batch"],
                       config["recompute"], True, config.get("cp", 1), config.get("ep", 1))
     cand = Candidate(cfg, config["pp"], config["dp"], config.get("vp", 1), config.get("zero", 0),
-                     config.get("rank_order", DEFAULT_ORDER))
+                     config.get("rank_order", DEFAULT_ORDER), config.get("optimizer_offload", 0.0))
     return Columns.of_candidate(cand)
 
 
@@ -377,6 +385,7 @@ def test_compare_and_sweep_keep_to_the_framework(tmp_path, capsys):
     assert main(["sweep", str(grid), "--out", str(out), "--quiet", "--workers", "1", "--framework",
                  "torchtitan"]) == 0
     capsys.readouterr()
-    got = sorted((r.get("framework"), r["zero"]) for r in map(json.loads, out.read_text().splitlines()))
+    rows = [r for r in map(json.loads, out.read_text().splitlines()) if "nest_sweep_journal" not in r]
+    got = sorted((r.get("framework"), r["zero"]) for r in rows)
     assert [f for f, _ in got] == ["deepspeed", "torchtitan"]
     assert all(zero in (0, 3) for f, zero in got if f == "torchtitan")

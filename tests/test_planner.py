@@ -137,7 +137,15 @@ def test_too_little_memory_for_the_tiny_model():
     job = JobSpec(global_batch=16, seq_len=1024, reserved_memory_bytes=0.5 * 2**30)
     with pytest.raises(nest.InfeasibleError, match=r"most memory-frugal plan needs 0\.6\d GiB per device, "
                                                    r"a100-80gb has 0\.60 GiB"):
-        nest.plan(TINY, _tiny_cluster(0.6), job)
+        nest.plan(TINY, _tiny_cluster(0.6), job, limits=SpaceLimits(offload=(0.0,)))
+
+
+def test_the_tiny_model_fits_in_too_little_memory_by_offloading():
+    job = JobSpec(global_batch=16, seq_len=1024, reserved_memory_bytes=0.5 * 2**30)
+    plan = nest.plan(TINY, _tiny_cluster(0.6), job)
+    assert plan.parallelism["optimizer_offload_fraction"] > 0
+    assert plan.memory_max_bytes <= 0.6 * 2**30
+    assert plan.breakdown_s["offload"] > 0
 
 
 @pytest.mark.parametrize("kwargs,message", [

@@ -63,7 +63,8 @@ py::tuple solve(const py::object& time_ps, const py::object& params, const py::o
                 const py::object& cand_mem_fixed, const py::object& cand_mem_per_param, const py::object& cand_g0,
                 const py::object& cand_g1, const py::object& cand_lower_bound, const py::object& pos_offset,
                 const py::object& pos_inflight, const py::object& pos_mem_fixed, const py::object& pos_tier,
-                double capacity, int threads) {
+                double capacity, int threads, const py::object& host_params,
+                const py::object& cand_host_per_param, double host_capacity) {
     nest::Problem pb;
     pb.time_ps = view<int64_t>(time_ps, "time_ps", 2);
     pb.params = view<int64_t>(params, "params", 2);
@@ -84,6 +85,25 @@ py::tuple solve(const py::object& time_ps, const py::object& params, const py::o
     pb.pos_mem_fixed = view<double>(pos_mem_fixed, "pos_mem_fixed", 1);
     pb.pos_tier = view<int64_t>(pos_tier, "pos_tier", 1);
     pb.capacity = capacity;
+    // Without host tables (no offload) the host check is 0 <= 0 everywhere.
+    std::vector<int64_t> no_host;
+    std::vector<double> no_host_per_param;
+    if (host_params.is_none()) {
+        no_host.assign(static_cast<size_t>(std::max<int64_t>(pb.time_ps.size(), 0)), 0);
+        pb.host_params = pb.time_ps;
+        pb.host_params.data = no_host.data();
+    } else {
+        pb.host_params = view<int64_t>(host_params, "host_params", 2);
+    }
+    if (cand_host_per_param.is_none()) {
+        no_host_per_param.assign(static_cast<size_t>(std::max<int64_t>(pb.cand_config.size(), 0)), 0.0);
+        pb.cand_host_per_param.ndim = 1;
+        pb.cand_host_per_param.shape[0] = pb.cand_config.shape[0];
+        pb.cand_host_per_param.data = no_host_per_param.data();
+    } else {
+        pb.cand_host_per_param = view<double>(cand_host_per_param, "cand_host_per_param", 1);
+    }
+    pb.host_capacity = host_capacity;
 
     nest::Result result;
     std::string error;
@@ -136,6 +156,8 @@ PYBIND11_MODULE(_core, m) {
           py::arg("cand_config"), py::arg("cand_scale"), py::arg("cand_offset"), py::arg("cand_head_scale"), py::arg("cand_mem_fixed"), py::arg("cand_mem_per_param"),
           py::arg("cand_g0"), py::arg("cand_g1"), py::arg("cand_lower_bound"), py::arg("pos_offset"),
           py::arg("pos_inflight"), py::arg("pos_mem_fixed"), py::arg("pos_tier"), py::arg("capacity"), py::arg("threads") = 0,
+          py::arg("host_params") = py::none(), py::arg("cand_host_per_param") = py::none(),
+          py::arg("host_capacity") = 0.0,
           "Solve every candidate of a DPProblem's arrays; returns (status, objective, max_time, max_params,\n"
           "ends, best). threads <= 0 uses the OpenMP default. Raises ValueError on bad input.");
     m.def("pipeline_finish", &pipeline_finish, py::arg("pp"), py::arg("vp"), py::arg("micro_batches"),

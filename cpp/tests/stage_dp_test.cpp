@@ -97,9 +97,32 @@ struct Owned {
     Array<int64_t> cand_config, cand_scale, cand_offset, cand_head_scale, cand_lower_bound, pos_offset, pos_tier;
     Array<double> cand_mem_fixed, cand_mem_per_param, cand_g0, cand_g1, pos_inflight, pos_mem_fixed;
     double capacity = 0;
+    // Host memory tables; when their shapes do not match (a test rebuilt the other
+    // tables), view() passes zeros of the right shape.
+    Array<int64_t> host_params;
+    Array<double> cand_host_per_param;
+    double host_capacity = 0;
+    mutable Array<int64_t> zero_host;
+    mutable Array<double> zero_host_per_param;
+
+    bool host_matches() const {
+        return host_params.ndim == 2 && host_params.shape[0] == time_ps.shape[0] &&
+               host_params.shape[1] == time_ps.shape[1] && cand_host_per_param.ndim == 1 &&
+               cand_host_per_param.shape[0] == cand_config.shape[0];
+    }
 
     nest::Problem view() const {
         nest::Problem p;
+        if (host_matches()) {
+            p.host_params = host_params.view();
+            p.cand_host_per_param = cand_host_per_param.view();
+        } else {
+            zero_host = Array<int64_t>::make({time_ps.shape[0], time_ps.shape[1]}, 0);
+            zero_host_per_param = Array<double>::make({cand_config.shape[0]}, 0.0);
+            p.host_params = zero_host.view();
+            p.cand_host_per_param = zero_host_per_param.view();
+        }
+        p.host_capacity = host_capacity;
         p.time_ps = time_ps.view();
         p.params = params.view();
         p.mem_params = mem_params.view();
@@ -208,6 +231,18 @@ Owned random_problem(Rng& rng, int64_t max_nodes, int64_t max_candidates) {
                                               : rng.pick<double>({0.0, 1.0, 1.5, 2.0, 3.0, 0.1});
         }
     o.capacity = rng.pick<double>({1000.0, 1e3 + 0.1, 1e4, 7e2});
+    // Host memory (offloaded optimizer state) binds in some problems.
+    const bool host_binds = rng.chance(0.3);
+    o.host_params = Array<int64_t>::make({C, L}, 0);
+    o.cand_host_per_param = Array<double>::make({N}, 0.0);
+    o.host_capacity = host_binds ? rng.pick<double>({500.0, 2e3 + 0.1}) : 0.0;
+    std::vector<double> h_total(C, 0.0);
+    if (host_binds)
+        for (int64_t c = 0; c < C; ++c)
+            for (int64_t i = 0; i < L; ++i) {
+                o.host_params.v[c * L + i] = rng.integer(0, 40);
+                h_total[c] += double(o.host_params.v[c * L + i]);
+            }
 
     // Memory coefficients scaled so that capacity binds somewhere in the range.
     std::vector<double> w_total(C, 0.0), a_total(C, 0.0), t_max(C, 0.0);
@@ -238,6 +273,8 @@ Owned random_problem(Rng& rng, int64_t max_nodes, int64_t max_candidates) {
                 o.pos_inflight.v[q] = o.pos_mem_fixed.v[q] = 0.0;
         }
         if (nothing_fits) o.cand_mem_fixed.v[n] = 2 * o.capacity;
+        if (host_binds)
+            o.cand_host_per_param.v[n] = rng.uniform(0, 1) * o.host_capacity / std::max(h_total[c], 1.0) / tight;
         o.cand_scale.v[n] = rng.integer(0, 4);
         o.cand_offset.v[n] = rng.chance(0.5) ? 0 : rng.integer(0, 399);
         o.cand_head_scale.v[n] = rng.chance(0.5) ? 0 : rng.integer(1, 11);
@@ -310,8 +347,9 @@ Split cost(const Owned& o, int64_t n, const std::vector<int64_t>& ends) {
     int64_t i = 0;
     for (int64_t k = 0; k < p; ++k) {
         const int64_t j = ends[k];
-        int64_t t = 0, w = 0, m = 0, a = 0;
+        int64_t t = 0, w = 0, m = 0, a = 0, h = 0;
         for (int64_t x = i; x < j; ++x) {
+            if (o.host_matches()) h += o.host_params.v[c * L + x];
             t += o.time_ps.v[c * L + x];
             w += o.params.v[c * L + x];
             m += o.mem_params.v[c * L + x];
@@ -323,6 +361,8 @@ Split cost(const Owned& o, int64_t n, const std::vector<int64_t>& ends) {
         const double memory = o.cand_mem_fixed.v[n] + o.pos_mem_fixed.v[start + k] +
                               o.cand_mem_per_param.v[n] * double(m) + o.pos_inflight.v[start + k] * double(a);
         if (!(memory <= o.capacity)) s.fits = false;
+        const double host = o.host_matches() ? o.cand_host_per_param.v[n] * double(h) : 0.0;
+        if (!(host <= o.host_capacity)) s.fits = false;
         s.time = std::max(s.time, t);
         if (k < p - 1) s.head = std::max(s.head, t);
         else s.last = t;
@@ -530,6 +570,16 @@ std::vector<Mutation> mutations() {
         m.push_back({"bad pos_mem_fixed", kReject, dbl(&Owned::pos_mem_fixed, value)});
     }
     m.push_back({"nan capacity", kReject, [](Owned& o, Rng&) { o.capacity = kNaN; }});
+    m.push_back({"inf host capacity", kReject, [](Owned& o, Rng&) { o.host_capacity = kPosInf; }});
+    m.push_back({"negative host_params", kReject, [](Owned& o, Rng&) {
+                     o.host_params = Array<int64_t>::make({o.time_ps.shape[0], o.time_ps.shape[1]}, 0);
+                     o.cand_host_per_param = Array<double>::make({o.cand_config.shape[0]}, 0.0);
+                     if (!o.host_params.v.empty()) o.host_params.v[0] = -1;
+                 }});
+    m.push_back({"nan cand_host_per_param", kReject, [](Owned& o, Rng&) {
+                     o.host_params = Array<int64_t>::make({o.time_ps.shape[0], o.time_ps.shape[1]}, 0);
+                     o.cand_host_per_param = Array<double>::make({o.cand_config.shape[0]}, kNaN);
+                 }});
     m.push_back({"inf capacity", kReject, [](Owned& o, Rng&) { o.capacity = kPosInf; }});
     m.push_back({"-inf capacity", kReject, [](Owned& o, Rng&) { o.capacity = -kPosInf; }});
     m.push_back({"negative capacity", kEither, [](Owned& o, Rng&) { o.capacity = -1.0; }});

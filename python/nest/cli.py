@@ -1,11 +1,14 @@
 """``nest`` command line: plan, evaluate, models, clusters.
 
-Exit codes: 0 ok, 1 unexpected error, 2 bad input, 3 no feasible plan.
+Exit codes: 0 ok, 1 unexpected error, 2 bad input (also an input file that cannot be read, an
+output path that cannot be written, checked before the work, and a stdout that cannot be
+written, e.g. on a full disk), 3 no feasible plan.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import json
 import os
@@ -65,6 +68,22 @@ def _zero_list(text: str) -> tuple[int, ...]:
     return values
 
 
+def _fraction(text: str) -> float:
+    """A fraction from 0 to 1 (``0.5``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a fraction from 0 to 1")
+    return value
+
+
+def _fraction_list(text: str) -> tuple[float, ...]:
+    """``1`` or ``0,0.5,1``: optimizer-offload fractions."""
+    return tuple(_fraction(part) for part in text.split(","))
+
+
 def _recompute_list(text: str) -> tuple[str, ...]:
     """``none,selective`` or ``none,layernorm,moe_act``: recompute modes, read left to right
     taking the longest mode at each point (a mode's own modules are joined by commas)."""
@@ -87,15 +106,18 @@ LIMIT_FLAGS = (("--tp", "tp", _degree_list, "tensor-parallel degrees"),
                ("--vp", "vp", _degree_list, "virtual pipeline stages per device"),
                ("--mbs", "micro_batch", _degree_list, "micro-batch sizes"),
                ("--zero", "zero", _zero_list, "ZeRO stages"),
-               ("--recompute", "recompute", _recompute_list, "recompute modes"))
+               ("--recompute", "recompute", _recompute_list, "recompute modes"),
+               ("--optimizer-offload", "offload", _fraction_list,
+                "optimizer-offload fractions (each rank's share of optimizer state on the host; default: offload "
+                "only where a configuration fits no other way)"))
 """The search limits ``plan`` and ``compare`` take (:class:`~nest.parallel.SpaceLimits` fields)."""
 
 
 def _add_limits(parser: argparse.ArgumentParser) -> None:
     """The flags that narrow the search: each takes one value or a comma-separated list."""
     for flag, _, kind, what in LIMIT_FLAGS:
-        example = {_recompute_list: "none,selective", _zero_list: "1,2"}.get(kind, "4,8")
-        parser.add_argument(flag, dest=f"limit_{flag[2:]}", type=kind, metavar="LIST",
+        example = {_recompute_list: "none,selective", _zero_list: "1,2", _fraction_list: "0,0.5,1"}.get(kind, "4,8")
+        parser.add_argument(flag, dest=_limit_dest(flag), type=kind, metavar="LIST",
                             help=f"{what} to search, one or a comma-separated list (e.g. {flag} {example}; "
                                  "default: all)")
     parser.add_argument("--max-pp", type=_positive_int, metavar="N", help="search pipeline degrees up to N")
@@ -103,9 +125,13 @@ def _add_limits(parser: argparse.ArgumentParser) -> None:
                         help="search only with (--sp) or without (--no-sp) sequence parallelism")
 
 
+def _limit_dest(flag: str) -> str:
+    return "limit_" + flag[2:].replace("-", "_")
+
+
 def _limits(args, limits: SpaceLimits) -> SpaceLimits:
     """``limits`` (what the inputs allow) narrowed by the command line's limit flags."""
-    fields = {field: getattr(args, f"limit_{flag[2:]}") for flag, field, _, _ in LIMIT_FLAGS}
+    fields = {field: getattr(args, _limit_dest(flag)) for flag, field, _, _ in LIMIT_FLAGS}
     fields = {k: v for k, v in fields.items() if v is not None}
     if args.max_pp is not None:
         if "pp" in fields:
@@ -173,6 +199,9 @@ def _add_scenario(parser: argparse.ArgumentParser, device_list: bool = False) ->
                             help=f"overlap {what} (Megatron-LM's {flag}; default off, as there, except "
                                  "where the framework always does: torchtitan's FSDP2 reduces gradients "
                                  "during the backward)")
+    parser.add_argument("--host-threads", type=_positive_int, metavar="N",
+                        help="CPU threads of each rank's host optimizer step when it offloads (OMP_NUM_THREADS; "
+                             "default 1, torchrun's)")
     parser.add_argument("--moe-dispatcher", default="alltoall", choices=MOE_DISPATCHERS,
                         help="how tokens reach their experts: alltoall (every routed copy; Megatron's alltoall "
                              "dispatcher) or flex (DeepEP: once per destination node, then NVLink; default "
@@ -217,6 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
                           default=False, help="shard optimizer state over DP (ZeRO-1)")
     evaluate.add_argument("--zero", type=int, choices=(0, 1, 2, 3),
                           help="ZeRO stage (default: 1 with --distributed-optimizer, else 0)")
+    evaluate.add_argument("--optimizer-offload", type=_fraction, default=0.0, metavar="F",
+                          help="fraction of each rank's optimizer state held and stepped on the host "
+                               "(Megatron --optimizer-cpu-offload; default 0)")
     evaluate.add_argument("--cp", type=_positive_int, default=1, help="context-parallel degree")
     evaluate.add_argument("--ep", type=_positive_int, default=1, help="expert-parallel degree")
     evaluate.add_argument("--vp", type=_positive_int, default=1,
@@ -301,7 +333,7 @@ def _scenario(args) -> dict:
     job = job_spec(model, global_batch=args.global_batch, seq_len=args.seq_len, dtype=args.dtype,
                    optimizer=optimizer, flash_attention=not args.no_flash_attention,
                    fp8_param_gather=args.fp8_param_gather, reserved_memory_bytes=reserved,
-                   framework=_framework(args), moe_dispatcher=args.moe_dispatcher,
+                   framework=_framework(args), moe_dispatcher=args.moe_dispatcher, host_threads=args.host_threads,
                    **{name: getattr(args, name) for name in OVERLAP_SWITCHES})
     return {"model": model, "cluster": cluster, "job": job, "source": source, "limits": limits}
 
@@ -332,6 +364,13 @@ def _print_plan(plan, args) -> None:
 
 
 def _run(args) -> int:
+    outputs = [(flag, getattr(args, flag, None)) for flag in ("timeline", "plot")]
+    if any(path for _, path in outputs):  # before the work: a failed write must not waste it
+        from .inputs.files import check_writable
+
+        for flag, path in outputs:
+            if path:
+                check_writable(path, flag)
     if args.command == "models":
         from .cost.model import parameter_count
         from .presets.models import MODELS
@@ -416,11 +455,21 @@ def _run(args) -> int:
             raise SpecError(f"evaluate: missing {', '.join(missing)} (the configuration to cost)")
         result = evaluate(sp=args.sp, distributed_optimizer=args.distributed_optimizer, zero=args.zero,
                           cp=args.cp, ep=args.ep, vp=args.vp, rank_order=args.rank_order, ranking=args.ranking,
-                          **fixed, **common)
+                          optimizer_offload=args.optimizer_offload, **fixed, **common)
     if args.command == "evaluate" and (args.simulate or args.timeline):
         return _simulate(args, result, scenario)
     _print_plan(result, args)
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _writing(path: str, flag: str):
+    """An output file's write error as a one-line SpecError (what the early check cannot see:
+    a full disk, a directory only root's permission bits let through, like /sys)."""
+    try:
+        yield
+    except OSError as error:
+        raise SpecError(f"{flag} = {path!r}: cannot write: {error.strerror or error}") from None
 
 
 def _simulate(args, result, scenario) -> int:
@@ -431,7 +480,8 @@ def _simulate(args, result, scenario) -> int:
     sim = simulate(result, scenario["model"], scenario["cluster"], scenario["job"],
                    source=scenario["source"])
     if args.timeline:
-        timeline_png(sim, args.timeline)
+        with _writing(args.timeline, "timeline"):
+            timeline_png(sim, args.timeline)
     if args.json:
         doc = result.to_dict()
         doc["simulation"] = sim.to_dict()
@@ -460,7 +510,8 @@ def _compare(args, scenario, limits) -> int:
                    budget=args.budget, engine=args.engine, threads=args.threads, limits=limits,
                    source=scenario["source"])
     if args.plot:
-        compare_plot(rows, args.plot)
+        with _writing(args.plot, "plot"):
+            compare_plot(rows, args.plot)
     print(compare_json(rows) if args.json else render_compare(rows))
     return EXIT_OK
 
@@ -476,18 +527,68 @@ def _fail(args, kind: str, error: Exception, code: int) -> int:
     return code
 
 
+class _StdoutError(Exception):
+    """Writing to stdout failed (``OSError`` wrapped, to tell it from other files' errors)."""
+
+
+class _Stdout:
+    """``sys.stdout`` whose write and flush failures raise :class:`_StdoutError`."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except OSError as error:
+            raise _StdoutError(error) from None
+
+    def flush(self):
+        try:
+            self._stream.flush()
+        except OSError as error:
+            raise _StdoutError(error) from None
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``nest`` console script; returns the exit code."""
+    """Entry point of the ``nest`` console script; returns the exit code.
+
+    stdout that cannot be written is exit 2 with one line on stderr (``nest plan >
+    /dev/full``: no space left on device); a reader that leaves (``nest plan | head -1``)
+    is exit 0, silently. Either way stdout is then pointed at /dev/null, so that the
+    interpreter's final flush cannot fail again."""
     args = build_parser().parse_args(argv)
+    stdout = sys.stdout
+    if stdout is not None:  # None: started with stdout closed, where print writes nothing
+        sys.stdout = _Stdout(stdout)
     try:
-        return _run(args)
-    except SpecError as error:
-        return _fail(args, "error", error, EXIT_BAD_INPUT)
-    except InfeasibleError as error:
-        return _fail(args, "infeasible", error, EXIT_INFEASIBLE)
-    except BrokenPipeError:  # e.g. `nest clusters | head`: the reader left, not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
+        try:
+            code = _run(args)
+        except SpecError as error:
+            code = _fail(args, "error", error, EXIT_BAD_INPUT)
+        except InfeasibleError as error:
+            code = _fail(args, "infeasible", error, EXIT_INFEASIBLE)
+        except KeyboardInterrupt as error:  # Ctrl-C: one line and 128 + SIGINT, never a traceback
+            print(f"nest: {error}" if str(error) else "nest: interrupted", file=sys.stderr)
+            code = 130
+        if stdout is not None:
+            sys.stdout.flush()
+        return code
+    except _StdoutError as failure:
+        error = failure.args[0]
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
+        except (OSError, ValueError):  # a stdout without a descriptor (a test's capture)
+            pass
+        if isinstance(error, BrokenPipeError):  # e.g. `nest clusters | head`: the reader left, not an error
+            return EXIT_OK
+        print(f"nest: error: stdout: cannot write: {error.strerror or error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    finally:
+        sys.stdout = stdout
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import SpecError
+from .errors import SpecError, short_repr
 
 RECOMPUTE_MODES = ("none", "selective", "full", "mlp", "moe_act", "layernorm,moe_act", "moe", "mla_up_proj",
                    "mla_up_proj,moe_act", "mla_up_proj,mlp")
@@ -112,6 +112,15 @@ def parse_order(order: str) -> tuple[str, ...]:
     return dims
 
 
+def check_fraction(value, what: str = "optimizer_offload") -> float:
+    """``value`` as a fraction in [0, 1]; SpecError naming ``what`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not 0 <= float(value) <= 1:
+        raise SpecError(f"{what} = {short_repr(value)}: must be a fraction from 0 to 1")
+    return float(value)
+
+
+
 @dataclass(frozen=True)
 class LayerConfig:
     """Everything that shapes one node's per-micro-batch compute and memory on one device."""
@@ -135,6 +144,9 @@ class Candidate:
     vp: int = 1
     zero: int = 0
     order: str = DEFAULT_ORDER
+    # the fraction of the rank's optimizer state (master weights and moments) held and
+    # stepped on the host (nest.cost.offload)
+    offload: float = 0.0
 
     @property
     def devices(self) -> int:
@@ -160,7 +172,7 @@ class Candidate:
                 "vp": self.vp, "zero": self.zero, "distributed_optimizer": self.zero >= 1,
                 "recompute": cfg.recompute, "micro_batch": cfg.micro_batch,
                 "num_microbatches": micro_batches, "rank_order": self.order,
-                "expert_tp": 1, "expert_dp": self.expert_dp}
+                "expert_tp": 1, "expert_dp": self.expert_dp, "optimizer_offload_fraction": self.offload}
 
     @staticmethod
     def of_parallelism(parallelism: dict, tied_embeddings: bool) -> "Candidate":
@@ -170,7 +182,7 @@ class Candidate:
         cfg = LayerConfig(p["tp"], bool(p["sp"]), p["micro_batch"], p["recompute"],
                           tied_embeddings and p["pp"] > 1, p.get("cp", 1), p.get("ep", 1))
         return Candidate(cfg, p["pp"], p["dp"], p.get("vp", 1), p.get("zero", 0),
-                         p.get("rank_order", DEFAULT_ORDER))
+                         p.get("rank_order", DEFAULT_ORDER), p.get("optimizer_offload_fraction", 0.0))
 
 
 @dataclass(frozen=True)
@@ -236,7 +248,8 @@ class ConfigList(Sequence):
 @dataclass
 class CandidateArrays:
     """Candidates as columns: ``config`` indexes a sequence of layer configurations (and
-    their :class:`ConfigArrays`), ``order`` indexes ``orders``."""
+    their :class:`ConfigArrays`), ``order`` indexes ``orders``; ``offload`` is the
+    optimizer-offload fraction (None: 0 for all)."""
 
     config: np.ndarray
     pp: np.ndarray
@@ -245,18 +258,24 @@ class CandidateArrays:
     zero: np.ndarray
     order: np.ndarray
     orders: tuple[str, ...]
+    offload: np.ndarray | None = None
+
+    def __post_init__(self):
+        if self.offload is None:
+            self.offload = np.zeros(len(self.config))
 
     def __len__(self) -> int:
         return len(self.config)
 
     def take(self, index) -> "CandidateArrays":
         return CandidateArrays(self.config[index], self.pp[index], self.dp[index], self.vp[index],
-                               self.zero[index], self.order[index], self.orders)
+                               self.zero[index], self.order[index], self.orders, self.offload[index])
 
     def candidate(self, configs: Sequence[LayerConfig], i: int) -> Candidate:
         """Candidate ``i`` with its layer configuration from ``configs``."""
         return Candidate(configs[int(self.config[i])], int(self.pp[i]), int(self.dp[i]),
-                         int(self.vp[i]), int(self.zero[i]), self.orders[int(self.order[i])])
+                         int(self.vp[i]), int(self.zero[i]), self.orders[int(self.order[i])],
+                         float(self.offload[i]))
 
     def degrees(self, arrays: ConfigArrays) -> "DegreeColumns":
         """The candidates' degrees and rank orders, their layer configurations' from
@@ -275,7 +294,7 @@ class CandidateArrays:
         return configs, CandidateArrays(column(lambda c: where[c.cfg]), column(lambda c: c.pp),
                                         column(lambda c: c.dp), column(lambda c: c.vp),
                                         column(lambda c: c.zero), column(lambda c: orders.index(c.order)),
-                                        orders)
+                                        orders, np.array([c.offload for c in cands], dtype=np.float64))
 
 
 @dataclass(frozen=True)
@@ -319,6 +338,7 @@ class SpaceLimits:
     sp: tuple[bool, ...] | None = None
     zero: tuple[int, ...] | None = None
     rank_order: tuple[str, ...] | None = None
+    offload: tuple[float, ...] | None = None
 
     def orders(self) -> tuple[str, ...]:
         """The rank orders to search (validated): the limit, else :data:`RANK_ORDERS`."""

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from .cost.offload import offload_fractions
 from .cost.scenario import Scenario
 from .dp import engine as engines
 from .dp.problem import INFEASIBLE
@@ -22,7 +23,16 @@ from .dp.reference import stage_details
 from .errors import InfeasibleError, RuleError, SpecError
 from .frameworks import framework
 from .inputs.coerce import checked_degree, checked_switch, checked_threads, coerce_inputs
-from .parallel import DEFAULT_ORDER, RECOMPUTE_MODES, ZERO_STAGES, Candidate, LayerConfig, SpaceLimits, parse_order
+from .parallel import (
+    DEFAULT_ORDER,
+    RECOMPUTE_MODES,
+    ZERO_STAGES,
+    Candidate,
+    LayerConfig,
+    SpaceLimits,
+    check_fraction,
+    parse_order,
+)
 from .result import Plan, build_plan
 from .schedule.memory import fits
 from .schedule.simulate import SimResult, simulate_candidate
@@ -97,11 +107,14 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
              tp: int, pp: int, dp: int, micro_batch: int, recompute: str = "none", sp: bool = False,
              distributed_optimizer: bool = False, zero: int | None = None, cp: int = 1, ep: int = 1,
              vp: int = 1, rank_order: str = DEFAULT_ORDER, layers_per_stage: list[int] | None = None,
-             engine: str = "cpp", threads: int | None = None, source=None, ranking: str = "schedule") -> Plan:
+             optimizer_offload: float = 0.0, engine: str = "cpp", threads: int | None = None, source=None,
+             ranking: str = "schedule") -> Plan:
     """Cost one fixed configuration; with ``layers_per_stage`` also a fixed split.
 
     ``zero`` is the ZeRO stage (0-3); ``distributed_optimizer=True`` is ZeRO-1 (Megatron's
-    name for it). With ``vp > 1`` the split has ``pp x vp`` virtual stages, listed in
+    name for it). ``optimizer_offload`` is the fraction of each rank's optimizer state
+    held and stepped on the host (:mod:`nest.cost.offload`; it needs a sharded optimizer,
+    which a single replica gets as ZeRO-1). With ``vp > 1`` the split has ``pp x vp`` virtual stages, listed in
     schedule order. Without a split, the stage DP's split for that configuration,
     polished on the exact schedule (:func:`~nest.search.search.polish_split`) unless
     ``ranking`` is ``"closed-form"``, as :func:`plan` splits it. Inputs as for
@@ -114,13 +127,19 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
         ("tp", tp), ("pp", pp), ("dp", dp), ("micro_batch", micro_batch), ("cp", cp), ("ep", ep), ("vp", vp)))
     if zero is not None:
         zero = checked_degree("zero", zero, low=0)
+    offload = check_fraction(optimizer_offload)
     model, cluster, job = coerce_inputs(model, cluster, job)
+    offload_fractions((offload,), cluster.device, job)  # a host to offload to, an optimizer that can
     scn = Scenario(model, cluster, job, source)
     if zero is None:
-        zero = 1 if distributed_optimizer else 0
+        zero = 1 if distributed_optimizer or (offload and dp * cp == 1) else 0
     elif distributed_optimizer and zero != 1:
         raise SpecError(f"zero = {zero}: conflicts with distributed_optimizer (ZeRO-1)")
-    cand = Candidate(_fixed_config(scn, tp, sp, micro_batch, recompute, cp, ep, pp), pp, dp, vp, zero, rank_order)
+    if offload and not zero:
+        raise SpecError(f"optimizer_offload = {offload:g}: needs a sharded optimizer (zero >= 1, "
+                        "distributed_optimizer)")
+    cand = Candidate(_fixed_config(scn, tp, sp, micro_batch, recompute, cp, ep, pp), pp, dp, vp, zero, rank_order,
+                     offload)
     _check_fixed(scn, cand, layers_per_stage)
     fw = framework(job.framework)
     fw.check(model, job, cand)
@@ -220,7 +239,7 @@ def _check_fixed(scn: Scenario, cand: Candidate, layers) -> None:
         raise SpecError("sp = True: sequence parallelism needs tp > 1")
     if cand.zero not in ZERO_STAGES:
         raise SpecError(f"zero = {cand.zero!r}: must be 0, 1, 2 or 3")
-    if cand.zero and cand.dp * cfg.cp == 1:
+    if cand.zero and cand.dp * cfg.cp == 1 and not (cand.zero == 1 and cand.offload):
         raise SpecError(f"zero = {cand.zero}: sharding needs dp * cp > 1")
     if job.seq_len % cfg.cp:
         raise SpecError(f"cp = {cfg.cp}: must divide seq_len ({job.seq_len})")

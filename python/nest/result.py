@@ -13,8 +13,13 @@ Besides the keys of DESIGN.md section 5, the document has
     peak (:class:`~nest.schedule.memory.DeviceMemory`: ``total_bytes``, ``weights_bytes``,
     ``gradients_bytes``, ``optimizer_bytes``, ``activations_bytes`` with
     ``live_micro_batches`` per chunk at that peak, ``transient_bytes``, ``reserve_bytes``,
-    ``capacity_bytes``); ``memory_per_device_bytes.max`` is the largest ``total_bytes`` and
-    ``stages[].memory_bytes`` the total of the stage's rank.
+    ``capacity_bytes``, and the host memory its offloaded optimizer state fills,
+    ``host_bytes`` of ``host_capacity_bytes``); ``memory_per_device_bytes.max`` is the
+    largest ``total_bytes`` and ``stages[].memory_bytes`` the total of the stage's rank.
+``parallelism.optimizer_offload_fraction``, ``breakdown_s.offload``, ``cluster.host``
+    the share of each rank's optimizer state held and stepped on the host
+    (:mod:`nest.cost.offload`), the step time its host step adds beyond the GPU's, the
+    host preset (None: the device has none).
 ``stages[].devices``
     the devices of the stage's ranks: device indices on a hierarchical cluster, device
     node ids (strings) on a graph; ``stages[].ranks`` lists the ranks themselves.
@@ -35,7 +40,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .cost.pricing import KindTimes
+from .cost.offload import host_share_of_step
+from .cost.pricing import OPTIMIZER_KERNELS, KindTimes, gpu_optimizer_s
 from .cost.scenario import AnalyticSource, Scenario
 from .dp import engine as engines
 from .dp.problem import DPProblem
@@ -157,7 +163,8 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
     tasks = BatchTasks.of_candidate(scn, cand)
     timing = batch_timing(tasks, 0, [d["end"] - d["start"] for d in details], "python" if engine == "python" else "cpp")
     step = timing.step_s
-    breakdown = _breakdown(scn, tasks.priced.times, pp, timing, [(d["start"], d["end"]) for d in details])
+    breakdown = _breakdown(scn, tasks.priced.times, pp, timing, [(d["start"], d["end"]) for d in details],
+                           cand.offload)
     memory = tuple(device_memory(tasks.priced, 0, [d["end"] - d["start"] for d in details]))
 
     layout = Layout.of(cand)
@@ -201,6 +208,7 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
         job=scn.job.document(),
         cluster={"name": scn.cluster.name, "devices": scn.cluster.num_devices,
                  "device": scn.cluster.device.name,
+                 "host": None if (host := scn.cluster.device.host) is None else host.name,
                  "tiers": [{"name": t.name, "fanout": t.fanout, "bandwidth_GBps": t.bandwidth / 1e9,
                             "latency_us": t.latency * 1e6} for t in scn.cluster.tiers]},
         engine=engine,
@@ -215,11 +223,13 @@ CAUSES = ("compute", "tp", "cp", "ep", "dp")
 but compute)."""
 
 
-def _breakdown(scn: Scenario, times: KindTimes, pp: int, timing: StepTiming, chunks: list[tuple[int, int]]) -> dict:
+def _breakdown(scn: Scenario, times: KindTimes, pp: int, timing: StepTiming, chunks: list[tuple[int, int]],
+               fraction: float = 0.0) -> dict:
     """Where the step's time goes, seen from the busiest pipeline rank: its ``m`` passes
     over its own chunks by cause, its idle time until the pipeline ends (bubble), then the
     part of the end-of-step sync and optimizer that outlasts the pipeline (on the rank that
-    finishes last; the rest of the sync hides behind other ranks' drain)."""
+    finishes last; the rest of the sync hides behind other ranks' drain), of which
+    ``offload`` is what a host step of the offloaded ``fraction`` adds to the GPU's."""
     kinds = scn.kind_index
     busiest = max(range(pp), key=timing.work_s)
     mine = [q for q in range(len(chunks)) if q % pp == busiest]
@@ -231,6 +241,9 @@ def _breakdown(scn: Scenario, times: KindTimes, pp: int, timing: StepTiming, chu
     sends = m * sum(timing.stages[q].send_forward_s + timing.stages[q].send_backward_s for q in mine)
     last = max(range(pp), key=timing.rank_end_s)
     optimizer = sum(task.seconds for task, _ in timing.end_runs[last] if task.kind == "optimizer")
+    # the host's part of an offloading optimizer step beyond the GPU step of the rest
+    launch = OPTIMIZER_KERNELS * scn.kernels.overhead
+    offloaded = max(0.0, optimizer - launch) * host_share_of_step(gpu_optimizer_s(scn), scn.host_step_s, fraction)
     tail = timing.step_s - timing.pipeline_s
     breakdown = {
         "compute": causes["compute"],
@@ -239,7 +252,8 @@ def _breakdown(scn: Scenario, times: KindTimes, pp: int, timing: StepTiming, chu
         "ep_comm": causes["ep"],
         "pp_comm": sends,
         "dp_comm": causes["dp"] + tail - optimizer,
-        "optimizer": optimizer,
+        "optimizer": optimizer - offloaded,
+        "offload": offloaded,
         "bubble": max(0.0, timing.pipeline_s - timing.work_s(busiest)),
     }
     # the node times were summed in another order: give the rounding residue to compute

@@ -174,8 +174,77 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
+class HostSpec:
+    """The server memory and CPUs behind the accelerators, and the links to them.
+
+    ``memory_bytes``, ``memory_bandwidth`` and ``cores`` are the whole server's; its
+    ``devices`` accelerators share them (each one's process offloads, and runs its host
+    optimizer step, at the same time: :meth:`share`). ``link_bandwidth`` is one host link,
+    per direction (PCIe x16, NVLink-C2C), shared by ``link_shared_by`` devices.
+    ``adam_rate_per_thread`` is the parameters per second one CPU thread steps with a
+    fused fp32 AdamW (a measurement; see :mod:`nest.presets.hosts`). The efficiency
+    fields are achieved fractions: of the link by pinned-memory copies, of DRAM bandwidth
+    by streaming kernels. ``reserved_bytes`` per device is host memory training cannot
+    fill with offloaded state (the OS, data-loader workers, pinned staging buffers): a
+    planning margin like :attr:`DeviceSpec.reserved_bytes`.
+    """
+
+    name: str
+    memory_bytes: float
+    memory_bandwidth: float  # bytes/s, the whole server
+    link_bandwidth: float  # bytes/s, one direction of one link
+    devices: int = 8
+    cores: int = 64
+    link_shared_by: int = 1
+    adam_rate_per_thread: float = 0.66e9
+    link_efficiency: float = 0.8
+    memory_efficiency: float = 0.7
+    reserved_bytes: float = 16 * GiB
+    source: str = ""
+
+    def __post_init__(self):
+        require(isinstance(self.name, str) and self.name, "host.name", self.name, "must be a non-empty string")
+        for name in ("memory_bytes", "memory_bandwidth", "link_bandwidth", "adam_rate_per_thread"):
+            _positive_real(f"host.{name}", getattr(self, name))
+        _positive_int("host.devices", self.devices, 1024)
+        _positive_int("host.cores", self.cores, 1 << 20)
+        _positive_int("host.link_shared_by", self.link_shared_by, self.devices)
+        _non_negative_real("host.reserved_bytes", self.reserved_bytes)
+        for name in ("link_efficiency", "memory_efficiency"):
+            value = getattr(self, name)
+            _positive_real(f"host.{name}", value)
+            require(value <= 1, f"host.{name}", value, "must be a fraction in (0, 1]")
+
+    def share(self, active: int, threads: int = 1) -> "HostShare":
+        """What one device gets when ``active`` devices of each server run and each one's
+        host optimizer asks for ``threads`` threads (capped at its share of the cores; a
+        cluster smaller than one server leaves the rest of it idle)."""
+        active = max(1, min(int(active), self.devices))
+        on_link = min(self.link_shared_by, active)
+        threads = max(1, min(int(threads), self.cores // active))
+        return HostShare(max(0.0, self.memory_bytes / active - self.reserved_bytes),
+                         self.memory_bandwidth * self.memory_efficiency / active,
+                         self.link_bandwidth * self.link_efficiency / on_link,
+                         self.adam_rate_per_thread * threads, threads)
+
+
+@dataclass(frozen=True)
+class HostShare:
+    """One device's share of its host (:meth:`HostSpec.share`): the bytes it can fill,
+    the DRAM bytes/s its host kernels stream, the bytes/s it copies in each direction
+    while every device copies, the parameters/s its host Adam steps, on how many threads."""
+
+    usable_bytes: float
+    stream_rate: float
+    copy_rate: float
+    adam_rate: float
+    threads: int
+
+
+@dataclass(frozen=True)
 class DeviceSpec:
-    """One accelerator. Peak FLOP/s are dense (no sparsity) tensor-core numbers."""
+    """One accelerator. Peak FLOP/s are dense (no sparsity) tensor-core numbers.
+    ``host``: the host memory behind it (None: unknown, nothing can be offloaded)."""
 
     name: str
     memory_bytes: float
@@ -194,17 +263,23 @@ class DeviceSpec:
     # memory breakdown and settable per device (and per job).
     reserved_bytes: float = 2 * GiB
     source: str = ""
+    host: HostSpec | None = None
 
     def __post_init__(self):
         require(isinstance(self.name, str) and self.name, "device.name", self.name, "must be a non-empty string")
-        for name in ("memory_bytes", "hbm_bandwidth", "peak_flops_bf16"):
+        require(self.host is None or isinstance(self.host, HostSpec), "device.host", self.host,
+                "must be a HostSpec or None")
+        for name in ("memory_bytes", "hbm_bandwidth"):
             _positive_real(f"device.{name}", getattr(self, name))
-        for name in ("peak_flops_fp16", "peak_flops_fp8", "peak_flops_fp32", "kernel_overhead_s", "reserved_bytes"):
+        for name in ("peak_flops_bf16", "peak_flops_fp16", "peak_flops_fp8", "peak_flops_fp32", "kernel_overhead_s",
+                     "reserved_bytes"):
             _non_negative_real(f"device.{name}", getattr(self, name))
         for name in ("gemm_efficiency", "hbm_efficiency", "attention_efficiency"):
             value = getattr(self, name)
             _positive_real(f"device.{name}", value)
             require(value <= 1, f"device.{name}", value, "must be a fraction in (0, 1]")
+        require(self.peak_flops_bf16 > 0 or self.peak_flops_fp16 > 0, "device.peak_flops_bf16",
+                self.peak_flops_bf16, "must be positive (or give peak_flops_fp16 for a device without BF16)")
 
     def peak_flops(self, dtype: str) -> float:
         """Dense matmul peak for ``dtype``; SpecError if the device has none."""
@@ -212,7 +287,7 @@ class DeviceSpec:
             "bf16": self.peak_flops_bf16,
             "fp16": self.peak_flops_fp16 or self.peak_flops_bf16,
             "fp8": self.peak_flops_fp8,
-            "fp32": self.peak_flops_fp32 or self.peak_flops_bf16 / 2,
+            "fp32": self.peak_flops_fp32 or max(self.peak_flops_bf16, self.peak_flops_fp16) / 2,
         }[dtype]
         require(peak > 0, "job.dtype", dtype, f"is not supported by device {self.name}")
         return peak
@@ -415,8 +490,12 @@ class JobSpec:
     # The framework the plan is for (nest.frameworks): the search keeps to what it can run
     # and the plan launches in it with the meaning nest priced; "any": nest's whole space.
     framework: str = "any"
+    # CPU threads each rank's host optimizer step runs on (OMP_NUM_THREADS; torchrun sets
+    # 1 when it starts several processes per node), capped at the rank's share of cores
+    host_threads: int = 1
 
     def __post_init__(self):
+        _positive_int("job.host_threads", self.host_threads, 4096)
         for name in ("flash_attention", "uneven_batch", "fp8_param_gather", *OVERLAP_SWITCHES):
             require(isinstance(getattr(self, name), bool), f"job.{name}", getattr(self, name),
                     "must be true or false")
@@ -456,6 +535,7 @@ class JobSpec:
                 **({"fp8_param_gather": True} if self.fp8_param_gather else {}),
                 **({} if self.moe_dispatcher == "alltoall" else {"moe_dispatcher": self.moe_dispatcher}),
                 **({} if self.reserved_memory_bytes is None else {"reserved_memory_bytes": self.reserved_memory_bytes}),
+                **({} if self.host_threads == 1 else {"host_threads": self.host_threads}),
                 "framework": self.framework}
 
     @staticmethod

@@ -32,6 +32,7 @@ import numpy as np
 from ..network.placement import GroupTerms, Placement, reduce_scatter_s
 from ..parallel import RECOMPUTE_MODES, Candidate, CandidateArrays, ep_overlap_allowed, warmup
 from ..specs import JobSpec
+from . import offload
 from .model import BLOCK, MOE
 from .scenario import ConfigTable, Scenario
 
@@ -211,10 +212,9 @@ def sync_columns(scn: Scenario, cands: CandidateArrays, terms: GroupTerms) -> di
     ``expert``), their gradient-reduction, weight-gather and optimizer parts
     (``*_reduce``, ``*_gather``, ``*_optimizer``) and the bytes it keeps (``*_bytes``: its
     weight, gradient and optimizer-state parts ``*_weight_bytes``, ``*_grad_bytes``,
-    ``*_state_bytes``)."""
-    opt, wb = scn.job.optimizer, scn.weight_bytes
-    zero = cands.zero
-    touched = opt.grad_bytes + 2 * opt.master_bytes + 2 * opt.state_bytes + wb
+    ``*_state_bytes``; ``*_host_bytes``: the host bytes of its offloaded optimizer state,
+    :mod:`nest.cost.offload`)."""
+    opt, wb, zero = scn.job.optimizer, scn.weight_bytes, cands.zero
     fixed = np.full(len(cands), OPTIMIZER_KERNELS * scn.kernels.overhead)
     out = {}
     for name, (alpha, beta), shards in (("dense", terms.dense_dp, terms.dense_shards),
@@ -227,15 +227,24 @@ def sync_columns(scn: Scenario, cands: CandidateArrays, terms: GroupTerms) -> di
                                          np.where(zero == 1, beta * opt.grad_bytes, 0.0))
         out[name + "_gather"] = np.where((zero == 1) | (zero == 2), beta * wb, 0.0)
         fixed = fixed + np.where(zero <= 1, 2 * alpha, np.where(zero == 2, alpha, 0.0))
-        optimizer = touched / scn.kernels.memory_rate / np.where(zero >= 1, shards, 1)
+        state_shards = np.where(zero >= 1, shards, 1)
+        optimizer = offload.optimizer_step_s(gpu_optimizer_s(scn), scn.host_step_s, cands.offload) / state_shards
         out[name] = per + optimizer
         out[name + "_optimizer"] = optimizer
         out[name + "_weight_bytes"] = wb / np.where(zero >= 3, shards, 1)
         out[name + "_grad_bytes"] = opt.grad_bytes / np.where(zero >= 2, shards, 1)
-        out[name + "_state_bytes"] = opt.sharded_bytes / np.where(zero >= 1, shards, 1)
+        out[name + "_state_bytes"] = offload.state_bytes(opt, cands.offload) / state_shards
+        out[name + "_host_bytes"] = offload.host_bytes(cands.offload) / state_shards
         out[name + "_bytes"] = out[name + "_weight_bytes"] + out[name + "_grad_bytes"] + out[name + "_state_bytes"]
     out["fixed_s"] = fixed
     return out
+
+
+def gpu_optimizer_s(scn: Scenario) -> float:
+    """Seconds per parameter of the device's fused optimizer step: it streams the
+    gradient, reads and writes the master weight and the moments, and writes the weight."""
+    opt = scn.job.optimizer
+    return (opt.grad_bytes + 2 * opt.master_bytes + 2 * opt.state_bytes + scn.weight_bytes) / scn.kernels.memory_rate
 
 
 def _params(table: ConfigTable, cands: CandidateArrays) -> tuple[np.ndarray, np.ndarray]:

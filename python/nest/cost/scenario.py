@@ -25,6 +25,7 @@ from ..network.placement import placer_for
 from ..network.tiers import TokenDispatch
 from ..parallel import Candidate, CandidateArrays, ConfigArrays, LayerConfig
 from ..specs import ClusterSpec, JobSpec, ModelSpec
+from . import offload
 from .compute import KernelModel
 from .model import BLOCK, MOE, active_parameter_count, chain_kinds, chain_names, parameter_count
 from .nodes import COST_FIELDS, OP_FIELDS, NodeCostModel
@@ -101,6 +102,14 @@ class Scenario:
         self.fp8_weight_cache_bytes = 2 if job.dtype == "fp8" and not job.fp8_param_gather else 0
         self.reserve_bytes = (cluster.device.reserved_bytes if job.reserved_memory_bytes is None
                               else job.reserved_memory_bytes)
+        # one device's share of its server's memory, DRAM bandwidth and host link (every
+        # device of a server offloads at once; a cluster smaller than a server has it all)
+        host = cluster.device.host
+        self.host_share = (None if host is None else
+                           host.share(min(host.devices, cluster.num_devices), job.host_threads))
+        # the most of its optimizer state a rank can offload (the memory floors' frugal case)
+        self.max_offload = 1.0 if self.host_share is not None and offload.offload_ready(job) is None else 0.0
+        self.host_step_s = 0.0 if self.host_share is None else offload.host_step_s(self.weight_bytes, self.host_share)
         self.source = source or AnalyticSource(model, job, self.kernels)
         self.kinds = list(self.source.kinds)
         self.kind_list = list(dict.fromkeys(self.kinds))

@@ -61,7 +61,8 @@ def solve(problem: DPProblem, engine: str = "cpp", threads: int | None = None) -
         p.cand_mem_fixed, p.cand_mem_per_param, p.cand_g0, p.cand_g1, p.cand_lower_bound,
         p.pos_offset, p.pos_inflight, p.pos_mem_fixed, p.pos_tier)]
     status, objective, max_time, max_params, ends, best = _core().solve(
-        *arrays, float(p.capacity), 0 if threads is None else int(threads))
+        *arrays, float(p.capacity), 0 if threads is None else int(threads), np.ascontiguousarray(p.host_params),
+        np.ascontiguousarray(p.cand_host_per_param), float(p.host_capacity))
     return DPResult(status, objective, max_time, max_params, ends, int(best))
 
 

@@ -18,6 +18,8 @@ Notation (one candidate = one intra-layer configuration with a fixed stage count
   in float64 in exactly this order; ``pos_mem_fixed_k``: bytes position ``k`` holds besides
   its own segment). ``params`` and ``mem_params`` differ when parameter kinds are synchronised
   and sharded differently (MoE experts versus dense weights).
+* host memory ``host_per_param * sum(host_params[i..j)) <= host_capacity`` too (offloaded
+  optimizer state; zeros without offload).
 * objective ``F = scale * max_k T_k + head_scale * H + offset + G(max_k W_k)`` with
   ``H = max_{k < p-1} T_k`` (0 when ``p = 1``) the slowest stage before the last one,
   ``offset`` the split-independent part of the schedule's time (see :mod:`nest.schedule.pipeline`)
@@ -85,19 +87,24 @@ class DPProblem:
     pos_mem_fixed: np.ndarray  # float64 [P]
     pos_tier: np.ndarray  # int64 [P]; entry k: tier of the boundary after stage k (-1 last)
     capacity: float
+    host_params: np.ndarray | None = None  # int64 [C, L]; None: zeros
+    cand_host_per_param: np.ndarray | None = None  # float64 [N]; None: zeros
+    host_capacity: float = 0.0
 
     @staticmethod
     def build(**arrays) -> "DPProblem":
         """Coerce arrays to the exact dtypes and layouts and check their shapes.
 
         ``mem_params`` defaults to ``params``, ``cand_offset``, ``cand_head_scale`` and
-        ``pos_mem_fixed`` to zeros.
+        ``pos_mem_fixed`` and the host-memory tables to zeros.
         """
         arrays = dict(arrays)
         arrays.setdefault("mem_params", arrays["params"])
         for name in ("cand_offset", "cand_head_scale"):
             arrays.setdefault(name, np.zeros(len(arrays["cand_scale"]), dtype=np.int64))
         arrays.setdefault("pos_mem_fixed", np.zeros(len(arrays["pos_inflight"])))
+        arrays.setdefault("host_params", np.zeros(np.shape(arrays["time_ps"]), dtype=np.int64))
+        arrays.setdefault("cand_host_per_param", np.zeros(len(arrays["cand_scale"])))
         spec = {
             "time_ps": (np.int64, 2), "params": (np.int64, 2), "mem_params": (np.int64, 2),
             "act_bytes": (np.int64, 2),
@@ -107,10 +114,12 @@ class DPProblem:
             "cand_g0": (np.float64, 1), "cand_g1": (np.float64, 1),
             "cand_lower_bound": (np.int64, 1), "pos_offset": (np.int64, 1),
             "pos_inflight": (np.float64, 1), "pos_mem_fixed": (np.float64, 1), "pos_tier": (np.int64, 1),
+            "host_params": (np.int64, 2), "cand_host_per_param": (np.float64, 1),
         }
         coerced = {name: _as_array(name, arrays[name], dtype, ndim)
                    for name, (dtype, ndim) in spec.items()}
-        problem = DPProblem(capacity=float(arrays["capacity"]), **coerced)
+        problem = DPProblem(capacity=float(arrays["capacity"]),
+                            host_capacity=float(arrays.get("host_capacity", 0.0)), **coerced)
         problem.check()
         return problem
 
@@ -131,11 +140,13 @@ class DPProblem:
         configs, nodes = self.time_ps.shape
         if any(a.shape != (configs, nodes) for a in (self.params, self.mem_params, self.act_bytes)):
             raise ValueError("params, mem_params and act_bytes must have the shape of time_ps")
+        if self.host_params.shape != (configs, nodes):
+            raise ValueError("host_params must have the shape of time_ps")
         if self.send_ps.ndim != 3 or self.send_ps.shape[0] != configs or self.send_ps.shape[2] != nodes:
             raise ValueError("send_ps must have shape [configs, tiers, nodes]")
         n = self.cand_config.shape[0]
         for name in ("cand_scale", "cand_offset", "cand_head_scale", "cand_mem_fixed",
-                     "cand_mem_per_param", "cand_g0", "cand_g1", "cand_lower_bound"):
+                     "cand_mem_per_param", "cand_g0", "cand_g1", "cand_lower_bound", "cand_host_per_param"):
             if getattr(self, name).shape != (n,):
                 raise ValueError(f"{name} must have one entry per candidate")
         if self.pos_offset.shape != (n + 1,) or self.pos_offset[0] != 0:
@@ -145,16 +156,18 @@ class DPProblem:
             raise ValueError("pos_inflight, pos_mem_fixed and pos_tier must have pos_offset[-1] entries")
         if nodes == 0:
             raise ValueError("the layer chain is empty")
-        for name in ("time_ps", "params", "mem_params", "act_bytes", "send_ps"):
+        for name in ("time_ps", "params", "mem_params", "act_bytes", "send_ps", "host_params"):
             if (getattr(self, name) < 0).any():
                 raise ValueError(f"{name} must be non-negative")
         for name in ("cand_mem_fixed", "cand_mem_per_param", "cand_g0", "cand_g1", "pos_inflight",
-                     "pos_mem_fixed"):
+                     "pos_mem_fixed", "cand_host_per_param"):
             values = getattr(self, name)
             if not np.isfinite(values).all() or (values < 0).any():
                 raise ValueError(f"{name} must be finite and non-negative")
         if not np.isfinite(self.capacity):
             raise ValueError("capacity must be finite")
+        if not np.isfinite(self.host_capacity):
+            raise ValueError("host_capacity must be finite")
         if n and ((self.cand_config < 0).any() or (self.cand_config >= configs).any()):
             raise ValueError("cand_config out of range")
         if (self.cand_scale < 0).any():

@@ -37,6 +37,9 @@ class _Candidate:
         self.prefix_params = np.concatenate(([0], np.cumsum(problem.params[c]))).tolist()
         self.prefix_act = np.concatenate(([0], np.cumsum(problem.act_bytes[c]))).tolist()
         self.prefix_mem = np.concatenate(([0], np.cumsum(problem.mem_params[c]))).tolist()
+        self.prefix_host = np.concatenate(([0], np.cumsum(problem.host_params[c]))).tolist()
+        self.host_per_param = float(problem.cand_host_per_param[n])
+        self.host_capacity = problem.host_capacity
         self.send = problem.send_ps[c].tolist()
         start = int(problem.pos_offset[n])
         self.inflight = problem.pos_inflight[start:start + self.p].tolist()
@@ -58,7 +61,11 @@ class _Candidate:
         return self.prefix_params[j] - self.prefix_params[i]
 
     def fits(self, k: int, i: int, j: int) -> bool:
-        return self.memory(k, i, j) <= self.capacity
+        return self.memory(k, i, j) <= self.capacity and self.host_memory(i, j) <= self.host_capacity
+
+    def host_memory(self, i: int, j: int) -> float:
+        """Host bytes stage ``[i, j)`` fills with offloaded optimizer state."""
+        return self.host_per_param * float(self.prefix_host[j] - self.prefix_host[i])
 
     def memory(self, k: int, i: int, j: int) -> float:
         """Bytes stage ``k`` needs for nodes ``[i, j)`` (the DP's float64 order)."""

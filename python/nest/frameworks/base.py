@@ -52,6 +52,7 @@ class Columns:
     micro_batch: np.ndarray
     recompute: np.ndarray
     order: np.ndarray
+    offload: np.ndarray  # optimizer-offload fraction
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -62,7 +63,7 @@ class Columns:
         c = cands.config
         order = np.array(cands.orders, dtype=object)[cands.order] if len(cands) else np.zeros(0, dtype=object)
         return Columns(arrays.tp[c], arrays.sp[c], arrays.cp[c], arrays.ep[c], cands.dp, cands.pp, cands.vp,
-                       cands.zero, arrays.micro_batch[c], arrays.recompute[c], order)
+                       cands.zero, arrays.micro_batch[c], arrays.recompute[c], order, cands.offload)
 
     @staticmethod
     def of_candidate(cand: Candidate) -> "Columns":

@@ -24,6 +24,12 @@ the ``gradient_allreduce_op`` key). Paths are relative to the DeepSpeed reposito
 * Tensor parallelism: AutoTP (``tensor_parallel.autotp_size``, v0.16.4+) without pipelining;
   with a ``PipelineModule`` the model does TP itself (``PipeModelDataParallelTopology``
   ``num_mp``). Neither shards activations like Megatron's sequence parallelism.
+* Optimizer offload: ``zero_optimization.offload_optimizer: {device: cpu, pin_memory: true}``
+  (ZeRO-Offload; ``deepspeed/runtime/zero/offload_config.py``), the whole state only (the
+  ``whole-optimizer-offload`` rule). nest prices it as Megatron's hybrid optimizer with
+  everything offloaded (:mod:`nest.cost.offload`): fp32 state on the host, gradients down
+  in fp32 and weights up in 16 bits, the host Adam on ``job.host_threads`` threads per rank
+  (the launcher's ``--bind_cores_to_rank`` sets them).
 * Ranks: ``PipeModelDataParallelTopology`` orders axes ``pipe, data, model``: tensor-parallel
   ranks innermost, pipeline outermost (nest's ``tp-cp-ep-dp-pp``); expert-parallel groups are
   runs of consecutive ranks, their expert-data groups every ``ep``-th rank of a stage
@@ -80,6 +86,14 @@ RULES = (
          f"{_V} deepspeed/runtime/engine.py DeepSpeedEngine._validate_zero3_moe_compatibility",
          lambda m, j, c: (c.zero <= 2) | (not m.is_moe),
          lambda m, j, cand: "zero=2"),
+    Rule("whole-optimizer-offload",
+         "offload_optimizer moves the whole optimizer state with ZeRO-1/2; a part (ratio < 1) only with ZeRO-3, "
+         "split by sub-groups of sub_group_size elements (one sub-group when a rank holds fewer: all of it), "
+         "which nest does not emit",
+         f"{_V} deepspeed/runtime/zero/offload_config.py DeepSpeedZeroOffloadOptimizerConfig.ratio and "
+         "deepspeed/runtime/zero/config.py DeepSpeedZeroConfig.offload_ratio_check",
+         lambda m, j, c: (c.offload == 0) | (c.offload == 1),
+         lambda m, j, cand: "optimizer_offload=1, or optimizer_offload=0"),
     Rule.fixed_order("ranks are placed pipe-data-model (tensor parallel innermost, pipeline outermost)",
                      f"{_V} deepspeed/runtime/pipe/topology.py PipeModelDataParallelTopology"),
     Rule("overlap-needs-zero",
@@ -132,6 +146,8 @@ class DeepSpeed(Framework):
         }
         if p.zero >= 1:
             config["zero_optimization"]["overlap_comm"] = p.job_spec.overlap_grad_reduce
+        if p.offload > 0:  # ZeRO-Offload: the optimizer state and its step on the host
+            config["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
         if p.tp > 1 and p.pp == 1:
             config["tensor_parallel"] = {"autotp_size": p.tp}
         if p.pp > 1:

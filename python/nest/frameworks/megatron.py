@@ -28,6 +28,12 @@ What the plan's settings become:
   --recompute-modules ...`` (``moe_act`` needs the grouped GEMM nest emits); full is
   ``--recompute-granularity full --recompute-method uniform --recompute-num-layers 1``
   (every layer keeps only its input).
+* Optimizer offload: ``--optimizer-cpu-offload --optimizer-offload-fraction F
+  --overlap-cpu-optimizer-d2h-h2d`` with ``--use-precision-aware-optimizer`` (the hybrid
+  device optimizer runs its code path; it needs the distributed optimizer, ZeRO-1;
+  ``megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py``), priced by
+  :mod:`nest.cost.offload`; the host optimizer runs on ``job.host_threads`` threads
+  (``OMP_NUM_THREADS``, one under torchrun by default).
 * The rank order ``tp-cp-ep-dp-pp`` is Megatron's default, ``tp-cp-ep-pp-dp`` is
   ``--use-tp-pp-dp-mapping`` (``megatron/training/initialize.py _initialize_distributed``);
   experts fold into the data-parallel ranks with ``--expert-tensor-parallel-size 1``.
@@ -99,6 +105,13 @@ RULES = (
          f"{_V014} megatron/training/arguments.py validate_args",
          lambda m, j, c: (c.zero >= 1) | (not j.fp8_param_gather),
          lambda m, j, cand: "zero=1 (--use-distributed-optimizer)"),
+    Rule("optimizer-offload-distributed-optimizer",
+         "optimizer offload (--optimizer-cpu-offload) needs --use-precision-aware-optimizer, which runs with the "
+         "distributed optimizer only; Megatron-FSDP does not offload the optimizer",
+         f"{_V014} megatron/training/arguments.py validate_args and megatron/core/optimizer/optimizer_config.py "
+         "OptimizerConfig.__post_init__; main d98e8a6 fully_sharded_optimizer.py _validate_config",
+         lambda m, j, c: (c.offload == 0) | (c.zero == 1),
+         lambda m, j, cand: "zero=1 (--use-distributed-optimizer), or optimizer_offload=0"),
     Rule("context-parallel-sequence",
          "with context parallelism the sequence is a multiple of 2 x cp",
          f"{_V014} megatron/training/arguments.py validate_args",
@@ -153,10 +166,15 @@ class Megatron(Framework):
         add("--optimizer", opt.name)
         if opt.grad_dtype == "bf16":
             add("--grad-reduce-in-bf16")
+        if opt.state_dtype != "fp32" or p.offload > 0:
+            add("--use-precision-aware-optimizer")  # the hybrid device optimizer runs its code path
         if opt.state_dtype != "fp32":  # 16-bit moments as bf16 (OptimizerSpec.state_dtype)
-            add("--use-precision-aware-optimizer")
             add("--exp-avg-dtype", opt.state_dtype)
             add("--exp-avg-sq-dtype", opt.state_dtype)
+        if p.offload > 0:  # nest.cost.offload prices the pipelined copies of the overlap flag
+            add("--optimizer-cpu-offload")
+            add("--optimizer-offload-fraction", f"{p.offload:g}")
+            add("--overlap-cpu-optimizer-d2h-h2d")
         if job.fp8_param_gather:
             add("--fp8-param-gather")
         add("--tensor-model-parallel-size", p.tp)
@@ -263,12 +281,17 @@ class Megatron(Framework):
         """What the launch needs besides the arguments (environment variables)."""
         p = PlanReader(plan)
         blackwell = any(name in str(plan.get("cluster", {}).get("device", "")) for name in ("b200", "b100", "gb200"))
+        notes = []
         if p.zero >= 2:
-            return ["unset CUDA_DEVICE_MAX_CONNECTIONS (Megatron-FSDP requires it unset or > 1)"]
-        if (p.tp > 1 or p.cp > 1) and not blackwell:
-            return ["export CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron-LM requires it for tensor or context "
-                    "parallelism before Blackwell)"]
-        return []
+            notes.append("unset CUDA_DEVICE_MAX_CONNECTIONS (Megatron-FSDP requires it unset or > 1)")
+        elif (p.tp > 1 or p.cp > 1) and not blackwell:
+            notes.append("export CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron-LM requires it for tensor or context "
+                         "parallelism before Blackwell)")
+        threads = p.job_spec.host_threads
+        if p.offload > 0:
+            notes.append(f"export OMP_NUM_THREADS={threads} (the host optimizer's threads per rank, as nest priced "
+                         "them; torchrun sets 1 when it starts several processes per node)")
+        return notes
 
 
 __all__ = ["Megatron", "ORDERS", "PP_LAST", "RECOMPUTE_MODES", "RULES"]

@@ -6,7 +6,7 @@ import re
 from functools import cached_property
 
 from ..errors import SpecError, short_repr
-from ..parallel import DEFAULT_ORDER, RECOMPUTE_MODES, Candidate, LayerConfig
+from ..parallel import DEFAULT_ORDER, RECOMPUTE_MODES, Candidate, LayerConfig, check_fraction
 from ..specs import JobSpec
 
 _BLOCK = re.compile(r"^block\.(\d+)$")
@@ -38,6 +38,7 @@ class PlanReader:
         if zero not in (0, 1, 2, 3):
             raise SpecError(f"parallelism.zero = {zero!r}: must be 0, 1, 2 or 3")
         self.zero = max(zero, 1 if par.get("distributed_optimizer") else 0)
+        self.offload = check_fraction(par.get("optimizer_offload_fraction", 0.0), "parallelism.optimizer_offload_fraction")
         self.recompute = par.get("recompute", "none")
         if self.recompute not in RECOMPUTE_MODES:
             raise SpecError(f"parallelism.recompute = {self.recompute!r}: must be one of {', '.join(RECOMPUTE_MODES)}")
@@ -165,4 +166,4 @@ class PlanReader:
         distributed optimizer folded in; ``tied_embeddings``: the model's)."""
         cfg = LayerConfig(self.tp, self.sp, self.micro_batch, self.recompute, tied_embeddings and self.pp > 1,
                           self.cp, self.ep)
-        return Candidate(cfg, self.pp, self.dp, self.vp, self.zero, self.order)
+        return Candidate(cfg, self.pp, self.dp, self.vp, self.zero, self.order, self.offload)

@@ -171,6 +171,12 @@ RULES = (
         "selective activation checkpointing saves chosen operators, not nest's attention-core or module "
         "recomputation",
         f"{_V} torchtitan/distributed/activation_checkpoint.py SelectiveAC"),
+    Rule("no-optimizer-offload",
+         "training.enable_cpu_offload is FSDP2's CPUOffloadPolicy, which keeps the weights and gradients on the "
+         "host too; torchtitan has no optimizer-only offload",
+         f"{_V} torchtitan/distributed/fsdp.py apply_fsdp_to_decoder (offload_policy = CPUOffloadPolicy())",
+         lambda m, j, c: c.offload == 0,
+         lambda m, j, cand: "optimizer_offload=0"),
     Rule("sequence-divisor",
          "the sequence length is a multiple of tp (sequence parallel) x 2 cp (context parallel)",
          f"{_V} torchtitan/trainer.py Trainer.__init__",
@@ -187,7 +193,7 @@ class Torchtitan(Framework):
     rules = RULES
 
     def limits(self, limits: SpaceLimits, model: ModelSpec, job: JobSpec) -> SpaceLimits:
-        return narrowed(limits, rank_orders=(DEFAULT_ORDER,), zero=(0, 3), recompute=WHOLE_LAYERS)
+        return narrowed(limits, rank_orders=(DEFAULT_ORDER,), zero=(0, 3), recompute=WHOLE_LAYERS, offload=(0.0,))
 
     def job_defaults(self) -> dict:
         """FSDP2 always reduces gradients during the backward: the job overlaps them."""

@@ -19,6 +19,10 @@ device::
     peak_TFLOPS_bf16: 312    # also _fp16, _fp8, _fp32
     gemm_efficiency: 0.75    # also hbm_efficiency, attention_efficiency
     kernel_overhead_us: 4
+    host: dgx-h100           # a host preset (nest.presets.hosts), null, or a mapping:
+                             # {base: dgx-h100, memory_GiB: 4096, memory_bandwidth_GBps: 614,
+                             #  link_bandwidth_GBps: 63, devices: 8, cores: 112,
+                             #  link_shared_by: 1, adam_Gparams_per_s_per_thread: 0.66, reserved_GiB: 16}
 
 cluster::
 
@@ -49,8 +53,9 @@ from pathlib import Path
 from ..errors import SpecError, mappings, reject_unknown_keys, short_repr
 from ..presets.clusters import CLUSTERS, GRAPH_CLUSTERS
 from ..presets.devices import DEVICES
+from ..presets.hosts import HOSTS
 from ..presets.models import MODELS
-from ..specs import ClusterSpec, DeviceSpec, ModelSpec, Tier, field_names, from_mapping
+from ..specs import ClusterSpec, DeviceSpec, HostSpec, ModelSpec, Tier, field_names, from_mapping
 from ..units import GiB, MiB
 from .files import MAX_GRAPH_BYTES, is_path, read_spec_file
 from .hf import model_from_hf_config
@@ -112,6 +117,15 @@ _DEVICE_UNITS = {
     "kernel_overhead_us": ("kernel_overhead_s", 1e-6),
 }
 
+_HOST_UNITS = {
+    "memory_GiB": ("memory_bytes", GiB),
+    "memory_GB": ("memory_bytes", 1e9),
+    "memory_bandwidth_GBps": ("memory_bandwidth", 1e9),
+    "link_bandwidth_GBps": ("link_bandwidth", 1e9),
+    "reserved_GiB": ("reserved_bytes", GiB),
+    "adam_Gparams_per_s_per_thread": ("adam_rate_per_thread", 1e9),
+}
+
 _TIER_UNITS = {"bandwidth_GBps": ("bandwidth", 1e9), "bandwidth_GiBps": ("bandwidth", GiB),
                "latency_us": ("latency", 1e-6)}
 
@@ -134,10 +148,26 @@ def _convert_units(data: dict, units: dict, what: str) -> dict:
 
 
 def device_from_mapping(data: dict, what: str = "device") -> DeviceSpec:
-    """A device from a file mapping (unit-suffixed keys, optional ``base`` preset)."""
+    """A device from a file mapping (unit-suffixed keys, optional ``base`` preset; ``host``
+    a host preset name, a host mapping or null)."""
     if not isinstance(data, dict):
         raise SpecError(f"{what} = {short_repr(data)}: must be a preset name or a mapping")
-    return _with_base(DEVICES, DeviceSpec, _convert_units(data, _DEVICE_UNITS, what), what)
+    data = _convert_units(data, _DEVICE_UNITS, what)
+    if "host" in data:
+        data["host"] = host_from_mapping(data["host"], f"{what}.host")
+    return _with_base(DEVICES, DeviceSpec, data, what)
+
+
+def host_from_mapping(data, what: str = "host") -> HostSpec | None:
+    """A host from a preset name (:mod:`nest.presets.hosts`), a mapping (unit-suffixed
+    keys, optional ``base`` preset) or None (no host: nothing can be offloaded)."""
+    if data is None or isinstance(data, HostSpec):
+        return data
+    if isinstance(data, str):
+        return _preset(HOSTS, data, what)
+    if not isinstance(data, dict):
+        raise SpecError(f"{what} = {short_repr(data)}: must be a host preset name, a mapping or null")
+    return _with_base(HOSTS, HostSpec, _convert_units(data, _HOST_UNITS, what), what)
 
 
 def load_device(name_or_path: str | DeviceSpec) -> DeviceSpec:

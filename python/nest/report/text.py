@@ -53,6 +53,15 @@ def _memory_parts(plan: Plan) -> str:
             f"reserve {peak.reserve / GiB:.2f} GiB")
 
 
+def _host_memory(plan: Plan) -> list[str]:
+    """The host memory the most offloading rank fills, when the plan offloads."""
+    fullest = max(plan.memory, key=lambda d: d.host, default=None)
+    if fullest is None or not fullest.host:
+        return []
+    return [f"host memory   {fullest.host / GiB:10.1f} GiB of {fullest.host_capacity / GiB:.1f} GiB usable per device "
+            f"(offloaded optimizer state, pipeline rank {fullest.rank})"]
+
+
 def _plausibility(plan: Plan) -> str:
     """The plan's model TFLOP/s per device next to the fastest published run of its kind."""
     ref = plan.published_reference
@@ -80,7 +89,8 @@ def render(plan: Plan, command: str = "plan") -> str:
         + ("" if j.get("framework", "any") == "any" else f", for {framework(j['framework']).version}"),
         "",
         f"parallelism: TP {p['tp']}  PP {p['pp']}  DP {p['dp']}  CP {p['cp']}  EP {p['ep']}  "
-        f"VP {p['vp']}  SP {'on' if p['sp'] else 'off'}  ZeRO {p['zero']}  recompute {p['recompute']}",
+        f"VP {p['vp']}  SP {'on' if p['sp'] else 'off'}  ZeRO {p['zero']}  recompute {p['recompute']}"
+        + (f"  optimizer offload {p['optimizer_offload_fraction']:g}" if p.get("optimizer_offload_fraction") else ""),
         f"             micro-batch {p['micro_batch']} x {p['num_microbatches']} per step, "
         f"rank order {p['rank_order']}, {plan.devices_used} of {c['devices']} devices used",
         "",
@@ -92,6 +102,7 @@ def render(plan: Plan, command: str = "plan") -> str:
         f"MFU           {mfu}" + _plausibility(plan),
         f"memory        {plan.memory_max_bytes / GiB:10.1f} GiB of {plan.memory_capacity_bytes / GiB:.1f} "
         "GiB per device" + _memory_parts(plan),
+        *_host_memory(plan),
         "",
         "time breakdown (s): " + "  ".join(f"{k} {abs(v) if v == 0 else v:.4f}" for k, v in plan.breakdown_s.items()),
         "",

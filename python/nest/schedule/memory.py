@@ -95,7 +95,9 @@ class DeviceMemory:
     weights, gradients and optimizer state (ZeRO-sharded; with FP8 weights' cached copies
     in ``weights``), its live activations (``live``: the micro-batches each of its chunks
     holds then), the largest transient buffer (a recomputing block's working set, the
-    output layer's logits on the last rank) and the device's reserve."""
+    output layer's logits on the last rank) and the device's reserve; ``host``: the host
+    memory its offloaded optimizer state fills (of ``host_capacity``,
+    :mod:`nest.cost.offload`)."""
 
     rank: int
     weights: float
@@ -106,6 +108,8 @@ class DeviceMemory:
     transient: float
     reserve: float
     capacity: float
+    host: float = 0.0
+    host_capacity: float = 0.0
 
     @property
     def total(self) -> float:
@@ -116,7 +120,8 @@ class DeviceMemory:
         return {"rank": self.rank, "total_bytes": self.total, "weights_bytes": self.weights,
                 "gradients_bytes": self.gradients, "optimizer_bytes": self.optimizer,
                 "activations_bytes": self.activations, "live_micro_batches": list(self.live),
-                "transient_bytes": self.transient, "reserve_bytes": self.reserve, "capacity_bytes": self.capacity}
+                "transient_bytes": self.transient, "reserve_bytes": self.reserve, "capacity_bytes": self.capacity,
+                "host_bytes": self.host, "host_capacity_bytes": self.host_capacity}
 
 
 def device_memory(priced, n: int, layers_per_stage) -> list[DeviceMemory]:
@@ -134,6 +139,7 @@ def device_memory(priced, n: int, layers_per_stage) -> list[DeviceMemory]:
              + cache * (dense + expert) * scn.gemm_kinds[kinds],
              "gradients": dense * sync["dense_grad_bytes"] + expert * sync["expert_grad_bytes"],
              "optimizer": dense * sync["dense_state_bytes"] + expert * sync["expert_state_bytes"],
+             "host": dense * sync["dense_host_bytes"] + expert * sync["expert_host_bytes"],
              "acts": acts}
     ends = np.cumsum(np.asarray(layers_per_stage, dtype=np.int64))
     starts = np.concatenate(([0], ends[:-1]))
@@ -142,6 +148,7 @@ def device_memory(priced, n: int, layers_per_stage) -> list[DeviceMemory]:
     peaks, at_peak = peak_activations(pp, vp, micro, per_stage["acts"], int(priced.extra_warmup[n]))
     rank_of = np.arange(pp * vp) % pp
     pair = float(priced.pair_transient[n])
+    host_capacity = 0.0 if scn.host_share is None else float(scn.host_share.usable_bytes)
     out = []
     for d in range(pp):
         mine = rank_of == d
@@ -150,12 +157,14 @@ def device_memory(priced, n: int, layers_per_stage) -> list[DeviceMemory]:
         out.append(DeviceMemory(d, float(per_stage["weights"][mine].sum()), float(per_stage["gradients"][mine].sum()),
                                 float(per_stage["optimizer"][mine].sum()), float(peaks[d]),
                                 tuple(int(x) for x in at_peak[d]), transient, float(scn.reserve_bytes),
-                                float(scn.cluster.device.memory_bytes)))
+                                float(scn.cluster.device.memory_bytes), float(per_stage["host"][mine].sum()),
+                                host_capacity))
     return out
 
 
 def fits(priced, n: int, layers_per_stage) -> bool:
-    """Whether every rank of candidate ``n`` split so fits its device at its exact peak
-    (the stage DP's check is exact for alike chunks; this settles the others)."""
+    """Whether every rank of candidate ``n`` split so fits its device at its exact peak,
+    and its offloaded state its host (the stage DP's check is exact for alike chunks;
+    this settles the others)."""
     capacity = float(priced.scn.cluster.device.memory_bytes)
-    return all(d.total <= capacity for d in device_memory(priced, n, layers_per_stage))
+    return all(d.total <= capacity and d.host <= d.host_capacity for d in device_memory(priced, n, layers_per_stage))

@@ -8,6 +8,7 @@ disruptive changes that fit -- each one checked by planning or evaluating it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -26,6 +27,8 @@ from .floors import memory_bound
 from .problems import ends_of, problem
 from .space import Partials, enumerate_partials, expand, expand_arrays, model_recompute_modes
 
+HOPELESS_BYTES = 2.0**80
+"""A device memory no stage needs: a candidate without a split there has none at any size."""
 
 def memory_message(scn: Scenario, partials: Partials, memory, limits: SpaceLimits,
                     engine: str, threads: int | None) -> str:
@@ -46,6 +49,11 @@ def memory_message(scn: Scenario, partials: Partials, memory, limits: SpaceLimit
     needs = [(_min_capacity(scn, c, engine, threads), i) for i, c in enumerate(cands)]
     needed, i = min(needs)
     c = cands[i]
+    if math.isinf(needed):
+        host = scn.host_share.usable_bytes if scn.host_share is not None else 0.0
+        return (f"no plan fits in memory: the most memory-frugal plans offload optimizer state that does not fit "
+                f"the host memory ({host / GiB:.2f} GiB usable per device); use more devices, or hosts with more "
+                "memory")
     searched = [name for name, field in (("micro-batch", "micro_batch"), ("recomputation", "recompute"),
                                          ("ZeRO stage", "zero")) if getattr(limits, field) is None]
     words = ", ".join(searched[:-1]) + " and " + searched[-1] if len(searched) > 1 else "".join(searched)
@@ -56,7 +64,8 @@ def memory_message(scn: Scenario, partials: Partials, memory, limits: SpaceLimit
     return (f"no plan fits in memory: the most memory-frugal plan needs {needed / GiB:.2f} GiB per "
             f"device, {scn.cluster.device.name} has {capacity / GiB:.2f} GiB (most frugal "
             f"configuration: tp={c.cfg.tp} cp={c.cfg.cp} ep={c.cfg.ep} pp={c.pp} dp={c.dp} "
-            f"zero={c.zero} micro_batch={c.cfg.micro_batch} recompute={c.cfg.recompute}; "
+            f"zero={c.zero} micro_batch={c.cfg.micro_batch} recompute={c.cfg.recompute}"
+            f"{f' optimizer_offload={c.offload:g}' if c.offload else ''}; "
             f"{_memory_parts(scn, c, needed, engine, threads)}{tried}); smallest changes that fit: "
             + "; or ".join(changes))
 
@@ -193,7 +202,8 @@ def _device_change(scn: Scenario, limits: SpaceLimits, engine: str, threads: int
 
 _LIFTABLE = (("recompute", "recomputation"), ("zero", "ZeRO stage"), ("micro_batch", "micro-batch"),
              ("sp", "sequence parallelism"), ("tp", "tensor parallelism"), ("pp", "pipeline stages"),
-             ("cp", "context parallelism"), ("vp", "interleaving"), ("dp", "data parallelism"))
+             ("cp", "context parallelism"), ("vp", "interleaving"), ("dp", "data parallelism"),
+             ("offload", "optimizer offload"))
 
 
 def _limit_changes(scn: Scenario, limits: SpaceLimits, engine: str, threads: int | None) -> list[str]:
@@ -332,10 +342,13 @@ def _single_changes(scn: Scenario, cand: Candidate, fixed_split: bool) -> list[l
 
 
 def _min_capacity(scn: Scenario, cand: Candidate, engine: str, threads: int | None) -> float:
-    """Smallest device memory at which ``cand`` has a feasible split (bisection)."""
+    """Smallest device memory at which ``cand`` has a feasible split (bisection); inf when
+    none has (its offloaded state does not fit the host)."""
     fixed = problem(scn, [cand])
     solvable = lambda cap: engines.solve(replace(fixed, capacity=cap), engine, threads).best >= 0  # noqa: E731
     lo, hi = 0.0, max(float(scn.cluster.device.memory_bytes), 1.0)
+    if not solvable(HOPELESS_BYTES):
+        return math.inf
     while not solvable(hi):
         lo, hi = hi, hi * 2
     for _ in range(40):

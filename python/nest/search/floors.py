@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..cost.model import BLOCK, MOE
 from ..cost.pricing import kind_times, sync_columns, sync_weights
 from ..cost.scenario import ConfigTable, Scenario
 from ..parallel import DEFAULT_ORDER, CandidateArrays
@@ -89,7 +90,7 @@ def memory_factors(scn: Scenario, table: ConfigTable) -> tuple[np.ndarray, np.nd
     def compute():
         arrays = table.arrays
         opt, wb = scn.job.optimizer, scn.weight_bytes
-        per_param = wb + opt.grad_bytes + opt.sharded_bytes
+        per_param = wb + opt.grad_bytes + opt.sharded_bytes * (1 - scn.max_offload)
         return (np.stack([config_sums(scn, table.cols["params_dense"]) * per_param, arrays.cp,
                           config_sums(scn, table.cols["params_expert"]) * per_param, arrays.tp * arrays.cp,
                           arrays.ep, config_sums(scn, table.cols["act_bytes"])], axis=1),
@@ -99,7 +100,8 @@ def memory_factors(scn: Scenario, table: ConfigTable) -> tuple[np.ndarray, np.nd
 
 def memory_bound(scn: Scenario, table: ConfigTable, partials: Partials) -> np.ndarray:
     """Lower bound on the peak memory per device (the most frugal sharding: ZeRO-3 over
-    data x context, experts over theirs; activations of one micro-batch per stage)."""
+    data x context, experts over theirs, the most optimizer state offloaded; activations
+    of one micro-batch per stage)."""
     per_config, fixed = memory_factors(scn, table)
     c, p, dp = partials.config, partials.pp, partials.dp
     dense, cp, expert, tp_cp, ep, acts = per_config[c].T
@@ -116,6 +118,48 @@ def chunk_memory(scn: Scenario, table: ConfigTable, chunk: PartialChunk) -> np.n
     shared = dense / (chunk.dp * cp) + expert / (tp_cp * chunk.dp // ep)
     owner = chunk.owner
     return fixed[chunk.config] + (shared[owner] + per_config[chunk.config, 5]) / chunk.pp[owner]
+
+
+def candidate_memory_floor(scn: Scenario, table: ConfigTable, cands: CandidateArrays,
+                           offload: bool = True) -> np.ndarray:
+    """Per full candidate, a lower bound on its peak memory per device with its own ZeRO
+    stage and offload fraction (``offload=False``: nothing offloaded): reserve and
+    transient, its parameters' bytes (:func:`~nest.cost.pricing.sync_columns` sharding)
+    and one micro-batch's activations, spread evenly over its stages; without
+    interleaving also the transformer blocks spread over stages that hold ``min(p - k, m)``
+    micro-batches each (stage ``k`` of ``p``, ``m`` per step), every block at least the
+    cheapest block's bytes: the largest stage then holds at least
+    ``blocks / sum_k 1 / (params + min(p - k, m) acts)``."""
+    per_config, fixed = memory_factors(scn, table)
+    c, zero = cands.config, cands.zero
+    opt, wb = scn.job.optimizer, scn.weight_bytes
+    dense, cp, expert, tp_cp, ep, acts = per_config[c].T
+    frugal = wb + opt.grad_bytes + opt.sharded_bytes * (1 - scn.max_offload)
+    shards = {"dense": cands.dp * cp, "expert": tp_cp * cands.dp // ep}
+    total = acts.astype(np.float64)
+    per_param = {}
+    for name, params in (("dense", dense / frugal), ("expert", expert / frugal)):
+        s = shards[name]
+        kept = 1 - cands.offload if offload else 1.0
+        per_param[name] = (wb / np.where(zero >= 3, s, 1) + opt.grad_bytes / np.where(zero >= 2, s, 1)
+                           + opt.sharded_bytes * kept / np.where(zero >= 1, s, 1))
+        total = total + params * per_param[name]
+    floor = total / cands.pp
+    blocks = np.flatnonzero(np.isin(np.asarray(scn.kind_list), (BLOCK, MOE)))
+    one_f_one_b = cands.vp == 1
+    if len(blocks) and one_f_one_b.any():
+        cols = lambda name: table.cols[name][c][:, blocks].astype(np.float64)  # noqa: E731
+        block_params = (cols("params_dense") * per_param["dense"][:, None]
+                        + cols("params_expert") * per_param["expert"][:, None]).min(axis=1)
+        block_acts = cols("act_bytes").min(axis=1)
+        micro = scn.job.micro_batches(cands.dp, table.arrays.micro_batch[c])
+        stage = np.arange(int(cands.pp.max()))[None, :]
+        live = np.minimum(cands.pp[:, None] - stage, micro[:, None])
+        denominators = block_params[:, None] + live * block_acts[:, None]
+        inverse = np.where(stage < cands.pp[:, None], 1 / np.maximum(denominators, 1e-300), 0.0).sum(axis=1)
+        spread = scn.kind_count[blocks].sum() / inverse
+        floor = np.where(one_f_one_b, np.maximum(floor, spread), floor)
+    return fixed[c] + floor
 
 
 def send_floors(scn: Scenario, table: ConfigTable) -> np.ndarray:

@@ -125,6 +125,8 @@ def dp_rows(priced: Priced) -> dict[str, np.ndarray]:
     pos_mem_fixed[offset[1:] - 1] += table.last_transient[cands.config]  # the loss runs on the last stage
     act_bytes = priced.col("act_bytes")[:, take].copy()
     pos_mem_fixed += _interleaved_head(act_bytes, v, owner, device, p)
+    host_params = np.ceil(sync["dense_host_bytes"][:, None] * dense + sync["expert_host_bytes"][:, None] * expert
+                          ).astype(np.int64)[:, take]
     rows = {
         "time_ps": to_ps(priced.times.total)[:, take],
         "params": to_ps(sync_weights(scn, table, cands, sync))[:, take],
@@ -133,6 +135,8 @@ def dp_rows(priced: Priced) -> dict[str, np.ndarray]:
         "send_ps": np.ascontiguousarray(send),
         "mem_fixed": (scn.reserve_bytes + table.transient[cands.config] + priced.pair_transient).astype(np.float64),
         "mem_per_param": v.astype(np.float64),
+        "host_params": host_params,
+        "host_per_param": v.astype(np.float64),
         "g0": sync["fixed_s"] * PS,
         "g1": v.astype(np.float64),
         "pos_inflight": inflight,
@@ -157,7 +161,9 @@ def build_problem(scn: Scenario, rows: dict, capacity: float | None = None,
         cand_mem_per_param=rows["mem_per_param"], cand_g0=rows["g0"], cand_g1=rows["g1"],
         cand_lower_bound=bound, pos_offset=rows["pos_offset"],
         pos_inflight=rows["pos_inflight"], pos_mem_fixed=rows["pos_mem_fixed"], pos_tier=rows["pos_tier"],
-        capacity=scn.cluster.device.memory_bytes if capacity is None else capacity)
+        capacity=scn.cluster.device.memory_bytes if capacity is None else capacity,
+        host_params=rows["host_params"], cand_host_per_param=rows["host_per_param"],
+        host_capacity=0.0 if scn.host_share is None else scn.host_share.usable_bytes)
 
 
 def problem(scn: Scenario, cands: Sequence[Candidate], capacity: float | None = None) -> DPProblem:
@@ -172,7 +178,8 @@ def select(rows: dict, keep: np.ndarray) -> dict:
     position_keep = np.repeat(keep, positions)
     out = {name: rows[name][keep] for name in ("time_ps", "params", "mem_params", "act_bytes", "send_ps",
                                                "scale", "head_scale", "offset", "mem_fixed",
-                                               "mem_per_param", "g0", "g1", "micro_batches", "pp", "vp")}
+                                               "mem_per_param", "g0", "g1", "micro_batches", "pp", "vp",
+                                               "host_params", "host_per_param")}
     out["pos_inflight"] = rows["pos_inflight"][position_keep]
     out["pos_mem_fixed"] = rows["pos_mem_fixed"][position_keep]
     out["pos_tier"] = rows["pos_tier"][position_keep]

@@ -62,7 +62,7 @@ import numpy as np
 from ..cost.pricing import price
 from ..cost.scenario import ConfigTable, Scenario
 from ..dp import engine as engines
-from ..dp.problem import INF, SOLVED, DPProblem, DPResult
+from ..dp.problem import INF, INFEASIBLE, SOLVED, DPProblem, DPResult
 from ..dp.reference import stage_details, stage_times
 from ..errors import InfeasibleError, SpecError
 from ..frameworks import framework
@@ -72,7 +72,16 @@ from ..schedule.step import batch_step_s
 from ..schedule.tasks import BatchTasks
 from ..units import PS
 from . import diagnose
-from .floors import Ranking, candidate_bound, cheap_bound, chunk_memory, memory_bound, partial_bound_of, table_bound
+from .floors import (
+    Ranking,
+    candidate_bound,
+    candidate_memory_floor,
+    cheap_bound,
+    chunk_memory,
+    memory_bound,
+    partial_bound_of,
+    table_bound,
+)
 from .problems import build_problem, dp_rows, ends_of, select, split_closed_form_ps
 from .space import Partials, PartialSpace, enumerate_partials, expand_arrays
 
@@ -158,6 +167,10 @@ class _Search:
         self.ranking = ranking  # None: by the closed form
         self.closed_form = INF  # the incumbent's
         self.framework = framework(scn.job.framework)
+        # default offload: a candidate's offloading variants are tried only when it
+        # cannot fit without them (memory floor); asked-for fractions are searched fully
+        self.offload_when_needed = False
+        self.infeasible: set | None = None  # sibling keys the DP found no split for, while collected
 
     def limit(self, vp) -> np.ndarray:
         """Per candidate (by its ``vp``): the largest closed form, or bound on it, that can
@@ -186,6 +199,46 @@ class _Search:
         """Bound the full candidates of the partials at ``index``; price and solve the
         promising ones, best bound first."""
         cands, source, position = expand_arrays(self.partials, index, self.limits)
+        if not (cands.offload > 0).any():
+            self._run(cands, source, position)
+            return
+        # a candidate whose memory floor exceeds the device cannot fit
+        capacity = self.scn.cluster.device.memory_bytes
+        fits = candidate_memory_floor(self.scn, self.table, cands) <= capacity
+        if not self.offload_when_needed:
+            self._run(cands.take(fits), source[fits], position[fits])
+            return
+        # By default a candidate offloads only to fit: offloading a larger fraction adds
+        # optimizer time to every split and only relaxes memory, so each fraction (in
+        # increasing order, nothing offloaded first) is tried only where the previous one
+        # left the candidate without a split (memory floor, or the DP found none). This
+        # misses a larger fraction that would free a better split of a candidate that
+        # already fits; asked-for fractions are searched everywhere.
+        keys = np.array([hash(k) for k in self._sibling_keys(cands, source)], dtype=np.int64)
+        cannot = None  # keys of the candidates that did not fit at the previous fraction
+        for fraction in np.unique(cands.offload):
+            step = cands.offload == fraction
+            if cannot is not None:
+                step &= np.isin(keys, cannot)
+            self.infeasible = set()
+            run = step & fits
+            self._run(cands.take(run), source[run], position[run])
+            # a candidate the framework does not run at this fraction waits for the next
+            absent = np.zeros(0, dtype=np.int64) if cannot is None else np.setdiff1d(cannot, keys[step])
+            cannot = np.concatenate((keys[step & ~fits], np.fromiter(self.infeasible, dtype=np.int64), absent))
+            if not len(cannot):
+                break
+        self.infeasible = None
+
+    def _sibling_keys(self, cands: CandidateArrays, source: np.ndarray) -> list[tuple]:
+        """What a candidate and its offloading variants share: its partial, rank order and
+        ZeRO stage (a single replica's distributed optimizer is its ZeRO-0)."""
+        sharded = cands.dp * self.table.arrays.cp[cands.config] > 1
+        zero = np.where(sharded, cands.zero, 0)
+        return list(zip(source.tolist(), cands.order.tolist(), zero.tolist()))
+
+    def _run(self, cands: CandidateArrays, source: np.ndarray, position: np.ndarray) -> None:
+        """Bound ``cands``; price and solve those that can still win, best bound first."""
         self.bounded += len(cands)
         bound = candidate_bound(self.scn, self.table, cands, self.ranking)
         order = np.flatnonzero(bound <= self.limit(cands.vp))
@@ -219,6 +272,9 @@ class _Search:
         problem = build_problem(self.scn, rows, lower_bound=bound)
         result = engines.solve(problem, self.engine, self.threads)
         self.evaluated += result.evaluated
+        if self.infeasible is not None:
+            failed = result.status == INFEASIBLE
+            self.infeasible.update(hash(k) for k, f in zip(self._sibling_keys(cands, source), failed) if f)
         solved = np.flatnonzero((result.status == SOLVED) & self._may_win(result.objective, cands.vp))
         if not len(solved):
             return
@@ -343,6 +399,7 @@ def search(scn: Scenario, limits: SpaceLimits = SpaceLimits(), engine: str = "cp
     (:class:`~nest.search.floors.Ranking` says which candidates are bounded how)."""
     check_ranking(ranking)
     by = Ranking() if ranking == "schedule" else None
+    offload_asked = limits.offload
     space = PartialSpace(scn.model, scn.cluster, scn.job, scn.num_nodes, limits)
     limits = space.limits  # what the target framework has of the user's limits
     if not len(space.configs):
@@ -359,6 +416,7 @@ def search(scn: Scenario, limits: SpaceLimits = SpaceLimits(), engine: str = "cp
             raise InfeasibleError(diagnose.empty_space_message(scn, limits))
         if state is None:
             state = _Search(scn, table, found.partials, found.numbers, limits, engine, threads, by)
+            state.offload_when_needed = offload_asked is None
         else:
             state.extend(found.partials, found.numbers)
         offset = len(state.partials) - len(found.partials)

@@ -24,10 +24,11 @@ is a multiple of ``pp`` (Megatron-LM's requirement).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..cost.offload import offload_fractions
 from ..errors import SpecError
 from ..frameworks import Columns, Framework, framework
 from ..parallel import (
@@ -40,7 +41,7 @@ from ..parallel import (
     SpaceLimits,
     recompute_modes,
 )
-from ..specs import ClusterSpec, JobSpec, ModelSpec
+from ..specs import ClusterSpec, DeviceSpec, JobSpec, ModelSpec
 
 MIN_CP_CHUNK = 512
 """Fewest tokens per context-parallel rank the search tries."""
@@ -63,16 +64,22 @@ class Admission:
     framework: Framework
     model: ModelSpec
     job: JobSpec
+    device: DeviceSpec | None = None
 
     @staticmethod
-    def of(model: ModelSpec, job: JobSpec) -> "Admission":
-        """The rules of ``job.framework`` (SpecError when the job itself cannot run there)."""
+    def of(model: ModelSpec, job: JobSpec, device: DeviceSpec | None = None) -> "Admission":
+        """The rules of ``job.framework`` (SpecError when the job itself cannot run there)
+        on ``device`` (None: nothing can be offloaded)."""
         fw = framework(job.framework)
         fw.job_errors(model, job)
-        return Admission(fw, model, job)
+        return Admission(fw, model, job, device)
 
     def limits(self, limits: SpaceLimits) -> SpaceLimits:
-        """``limits`` narrowed to what the framework has."""
+        """``limits`` narrowed to what the framework has, the optimizer-offload fractions
+        resolved (:func:`~nest.cost.offload.offload_fractions`: the asked ones, checked,
+        else what the device's host allows)."""
+        if self.device is not None:
+            limits = replace(limits, offload=offload_fractions(limits.offload, self.device, self.job))
         return self.framework.limits(limits, self.model, self.job)
 
     def mask(self, cands: CandidateArrays, arrays: ConfigArrays) -> np.ndarray:
@@ -153,7 +160,7 @@ class PartialSpace:
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, num_nodes: int,
                  limits: SpaceLimits = SpaceLimits()):
-        self.admission = Admission.of(model, job)
+        self.admission = Admission.of(model, job, cluster.device)
         self.limits = limits = self.admission.limits(limits)
         self.num_nodes, self.devices = num_nodes, cluster.num_devices
         self.tied = bool(model.tied_embeddings)
@@ -337,10 +344,12 @@ def expand(partials: Partials, index: np.ndarray, limits: SpaceLimits = SpaceLim
 
 def expand_arrays(partials: Partials, index: np.ndarray, limits: SpaceLimits = SpaceLimits()
                   ) -> tuple[CandidateArrays, np.ndarray, np.ndarray]:
-    """Full candidates of the partial candidates at ``index``, as columns: ZeRO stages x
-    rank orders that the partials' framework runs (limits narrowed to it), in the order of
-    the partials, then ZeRO stage, then rank order; the partial each comes from and its
-    position among that partial's candidates."""
+    """Full candidates of the partial candidates at ``index``, as columns: (ZeRO stage,
+    optimizer-offload fraction) pairs x rank orders that the partials' framework runs
+    (limits narrowed to it), in the order of the partials, then ZeRO stage and offload,
+    then rank order; the partial each comes from and its position among that partial's
+    candidates. Offload needs a sharded optimizer (ZeRO >= 1; the distributed optimizer of
+    one replica when nothing else shards it)."""
     if partials.admission is not None:
         limits = partials.admission.limits(limits)
     orders = limits.orders()
@@ -353,20 +362,30 @@ def expand_arrays(partials: Partials, index: np.ndarray, limits: SpaceLimits = S
         zeros_sharded, zeros_single = [1, 2, 3], [0]
     else:
         zeros_sharded, zeros_single = list(limits.zero), [z for z in limits.zero if not z]
-    n_zero = np.where(sharded, len(zeros_sharded), len(zeros_single))
+    fractions = tuple(limits.offload) if limits.offload is not None else (0.0,)
+    moved = [f for f in fractions if f > 0]
+    kept = 0.0 in fractions
+    pairs_sharded = ([(z, 0.0) for z in zeros_sharded] if kept else []) + [
+        (z, f) for z in zeros_sharded if z >= 1 for f in moved]
+    pairs_single = ([(z, 0.0) for z in zeros_single] if kept else []) + (
+        [(1, f) for f in moved] if limits.zero is None or 1 in limits.zero else [])
+    n_zero = np.where(sharded, len(pairs_sharded), len(pairs_single))
     distinct = (limits.rank_order is not None) | ((pp > 1) & (dp > 1))
     n_order = np.where(distinct, len(orders), 1)
     count = n_zero * n_order
     owner = np.repeat(np.arange(len(index)), count)
     within = np.arange(int(count.sum()), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
     z_pos, o_pos = within // n_order[owner], within % n_order[owner]
-    table_sharded = np.array(zeros_sharded or [0], dtype=np.int64)
-    table_single = np.array(zeros_single or [0], dtype=np.int64)
-    zero = np.where(sharded[owner], table_sharded[np.minimum(z_pos, len(table_sharded) - 1)],
-                    table_single[np.minimum(z_pos, len(table_single) - 1)])
+    pick = lambda pairs, column, dtype: np.array([p[column] for p in pairs] or [0], dtype=dtype)  # noqa: E731
+    on_sharded = np.minimum(z_pos, max(len(pairs_sharded), 1) - 1)
+    on_single = np.minimum(z_pos, max(len(pairs_single), 1) - 1)
+    zero = np.where(sharded[owner], pick(pairs_sharded, 0, np.int64)[on_sharded],
+                    pick(pairs_single, 0, np.int64)[on_single])
+    offload = np.where(sharded[owner], pick(pairs_sharded, 1, np.float64)[on_sharded],
+                       pick(pairs_single, 1, np.float64)[on_single])
     source = index[owner]
     cands = CandidateArrays(partials.config[source], partials.pp[source], partials.dp[source],
-                            partials.vp[source], zero, o_pos, orders)
+                            partials.vp[source], zero, o_pos, orders, offload)
     if partials.admission is not None and partials.admission.framework.rules and len(cands):
         keep = partials.admission.mask(cands, arrays)
         if not keep.all():

@@ -336,10 +336,11 @@ def _limits(data) -> dict:
     out = {}
     for key, values in sorted(data.items()):
         values = values if isinstance(values, list) else [values]
-        kind = {"recompute": str, "rank_order": str, "sp": bool}.get(key, int)
+        kind = {"recompute": str, "rank_order": str, "sp": bool, "offload": (int, float)}.get(key, int)
         for value in values:
-            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                raise SpecError(f"grid.limits.{key} = {short_repr(value)}: must be a list of {kind.__name__} values")
+            if not isinstance(value, kind) or (kind is not bool and kind is not str and isinstance(value, bool)):
+                name = "number" if kind == (int, float) else kind.__name__
+                raise SpecError(f"grid.limits.{key} = {short_repr(value)}: must be a list of {name} values")
         out[key] = values
     return out
 
