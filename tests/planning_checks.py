@@ -68,15 +68,17 @@ def assert_plans_are_optimal(model, cluster, job, limits: SpaceLimits):
     """Both rankings against :func:`exhaustive_plans`: ``ranking="closed-form"`` returns
     the closed form's optimum; the default ranking's candidate, before its split is
     polished, has the fastest schedule of any candidate's DP split, and polishing only
-    makes it faster. Returns the plan."""
+    makes it faster. The searches run the default space but for ``limits.offload`` (the
+    exhaustive space's dominated options aside, the same). Returns the plan."""
     optimum, fastest = exhaustive_plans(model, cluster, job, limits)
-    closed_form = nest.plan(model, cluster, job, ranking="closed-form")
+    same = SpaceLimits(offload=limits.offload)
+    closed_form = nest.plan(model, cluster, job, ranking="closed-form", limits=same)
     assert round(closed_form.closed_form_step_time_s * PS) == optimum
     scn = Scenario(model, cluster, job)
-    found = search(scn)
+    found = search(scn, same)
     layers = np.diff([0] + ends_of(found.problem, found.result, found.local)).tolist()
     assert candidate_step_s(scn, found.candidate, layers) == pytest.approx(fastest, rel=1e-12)
-    plan = nest.plan(model, cluster, job)
+    plan = nest.plan(model, cluster, job, limits=same)
     assert plan.step_time_s <= fastest * (1 + 1e-12)
     assert plan.step_time_s <= closed_form.step_time_s
     return plan

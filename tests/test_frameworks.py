@@ -80,8 +80,8 @@ SEARCH_NEVER_BREAKS = {("megatron", "context-parallel-sequence"), ("megatron", "
 
 
 def _space(model, jobspec, limits=EVERYTHING, on=None) -> set[Candidate]:
-    if offload_ready(jobspec) is not None:  # 16-bit moments: the job cannot offload
-        limits = replace(limits, offload=(0.0,))
+    if offload_ready(jobspec) is not None or model.is_moe:  # 16-bit moments cannot offload; the dense
+        limits = replace(limits, offload=(0.0,))  # models' spaces meet the offload rules
     scn = Scenario(model, on or cluster(), jobspec)
     partials = enumerate_partials(model, scn.cluster, jobspec, scn.num_nodes, limits)
     return set(expand(partials, np.arange(len(partials)), limits))

@@ -94,7 +94,7 @@ def test_bounds_never_exceed_the_exact_objective_on_graphs(name, cluster_of, job
 
 TINY = ModelSpec(name="tiny", num_layers=4, hidden=1024, num_heads=16, ffn_hidden=4096,
                  vocab_size=32000, seq_len=1024)
-EVERYTHING = SpaceLimits(sp=(False, True), zero=(0, 1, 2, 3), rank_order=RANK_ORDERS)
+EVERYTHING = SpaceLimits(sp=(False, True), zero=(0, 1, 2, 3), rank_order=RANK_ORDERS, offload=(0.0,))
 
 
 def _slow_uplink_spine_leaf(memory_gib):

@@ -96,7 +96,7 @@ def test_memory_and_time_of_half_the_state_on_the_host_by_hand():
     """Each offloaded parameter takes its master weight and moments (12 bytes) off the
     device and puts them, with a pinned fp32 gradient (16 bytes), on the host; its host
     Adam step takes 1 / (0.66e9 params/s) on torchrun's one thread, the slowest of the
-    three pipelined streams (gradients down at 4 bytes, weights up at 2, over PCIe Gen5)."""
+    three pipelined streams (gradients down and fp32 masters up, 4 bytes each, over PCIe Gen5)."""
     kept, half = _llama_half(0.0), _llama_half(0.5)
     for k, h in zip(kept.memory, half.memory):
         params = k.optimizer / 12  # fp32 master + two fp32 moments, one replica: unsharded
@@ -106,7 +106,7 @@ def test_memory_and_time_of_half_the_state_on_the_host_by_hand():
         assert h.host_capacity == 2048 * GiB / 8 - 16 * GiB
     heaviest = max(k.optimizer for k in kept.memory) / 12
     copy = 63e9 * 0.8  # one Gen5 link per GPU
-    host_s = max(4 / copy, 1 / ADAM_RATE_SPR, 2 / copy)
+    host_s = max(4 / copy, 1 / ADAM_RATE_SPR)
     assert host_s == 1 / ADAM_RATE_SPR
     assert half.breakdown_s["offload"] == pytest.approx(0.5 * heaviest * host_s
                                                         - 0.5 * kept.breakdown_s["optimizer"], rel=1e-3)
@@ -120,9 +120,9 @@ def test_offload_never_shortens_a_fixed_configuration(fraction):
 
 
 def test_the_host_step_is_the_slowest_of_its_three_streams():
-    fast_cpu = offload.host_step_s(2, nest.specs.HostShare(1e12, 1e12, 10e9, 1e12, 64))
-    assert fast_cpu == 4 / 10e9  # gradient copies bound it
-    dram = offload.host_step_s(2, nest.specs.HostShare(1e12, 28e9, 1e12, 1e12, 64))
+    fast_cpu = offload.host_step_s(nest.specs.HostShare(1e12, 1e12, 10e9, 1e12, 64))
+    assert fast_cpu == 4 / 10e9  # the copies bound it
+    dram = offload.host_step_s(nest.specs.HostShare(1e12, 28e9, 1e12, 1e12, 64))
     assert dram == 1.0 / 1e9  # 28 bytes per parameter at 28 GB/s
 
 
@@ -252,3 +252,33 @@ def test_a_cluster_file_sets_or_removes_the_host(tmp_path):
     bad.write_text("name: bad\ndevice: {base: h100-sxm, host: {base: dgx-h100, memory_TB: 4}}\n" + tiers)
     with pytest.raises(SpecError, match="memory_TB"):
         nest.load_cluster(str(bad))
+
+
+def test_kept_parameters_widen_a_bf16_gradient_buffer():
+    """With --grad-reduce-in-bf16 the GPU part of the hybrid optimizer keeps an fp32 copy
+    of each kept parameter's gradient (hybrid_optimizer.py _set_sub_optimizer_grads): 4 more
+    bytes per kept parameter than the 12 of its master and moments, none without offload."""
+    opt = OptimizerSpec.of("adam", "bf16", "fp32")
+    assert offload.state_bytes(opt, 0.0) == 12
+    assert offload.state_bytes(opt, 0.25) == pytest.approx(0.75 * 16)
+    assert offload.state_bytes(opt, 1.0) == 0
+    assert offload.state_bytes(OptimizerSpec.of("adam", "fp32", "fp32"), 0.25) == pytest.approx(0.75 * 12)
+
+
+def test_the_memory_floor_sums_agree_with_the_direct_sum():
+    """The closed-form harmonic sums of the memory floor (digamma differences) against the
+    sum over every rank, over thirteen orders of magnitude of bytes (the floor divides by
+    1 + 1e-6 of them, far above this error)."""
+    from nest.search.floors import _inverse_sum
+    rng = np.random.default_rng(0)
+    n = 4000
+    params, acts = 10 ** rng.uniform(3, 12, n), 10 ** rng.uniform(-2, 11, n)
+    acts[:40] = 0
+    pp = rng.integers(1, 129, n).astype(float)
+    vp = np.where(rng.random(n) < 0.5, 1, rng.integers(2, 9, n)).astype(float)
+    micro = rng.integers(1, 300, n).astype(float)
+    rank, p, v = np.arange(128)[None, :], pp[:, None], vp[:, None]
+    live = np.where(v == 1, np.minimum(p - rank, micro[:, None]),
+                    np.minimum(2 * (p - rank - 1) + (v - 1) * p + 1, micro[:, None] * v) / v)
+    direct = np.where(rank < p, 1 / (params[:, None] + live * acts[:, None]), 0.0).sum(axis=1)
+    assert np.max(np.abs(_inverse_sum(params, acts, pp, vp, micro) / direct - 1)) < 1e-9

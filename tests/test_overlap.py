@@ -132,7 +132,7 @@ def test_plan_with_overlap_is_the_exhaustive_optimum(memory_gib):
     cluster = nest.load_cluster("dgx-a100", devices=16)
     cluster = replace(cluster, device=replace(cluster.device, memory_bytes=memory_gib * 2**30))
     job = JobSpec(global_batch=16, seq_len=1024, reserved_memory_bytes=0.25 * 2**30, **ALL_ON)
-    everything = SpaceLimits(sp=(False, True), zero=(0, 1, 2, 3), rank_order=RANK_ORDERS)
+    everything = SpaceLimits(sp=(False, True), zero=(0, 1, 2, 3), rank_order=RANK_ORDERS, offload=(0.0,))
     assert_plans_are_optimal(TINY, cluster, job, everything)
 
 

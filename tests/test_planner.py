@@ -18,8 +18,9 @@ def _tiny_cluster(memory_gib: float):
     return replace(cluster, device=replace(cluster.device, memory_bytes=memory_gib * 2**30))
 
 
+# offload has its own exhaustive check (tests/test_offload.py)
 EVERYTHING = SpaceLimits(sp=(False, True), zero=(0, 1, 2, 3),
-                        rank_order=("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"))
+                        rank_order=("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"), offload=(0.0,))
 
 
 @pytest.mark.parametrize("memory_gib", [pytest.param(80, marks=pytest.mark.slow), 1.0, 0.8, 0.7])

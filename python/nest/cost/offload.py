@@ -23,10 +23,25 @@ state):
   host-to-device copy of the updated weight on a third stream
   (``--overlap-cpu-optimizer-d2h-h2d``, which nest always sets: the three stages
   pipeline over the parameters). One step of the offloaded share therefore takes the
-  slowest of its three streams (:func:`host_step_s`): the gradient copies (fp32), the
-  host Adam (bound by DRAM bandwidth: :data:`HOST_STEP_BYTES` per parameter) and the
-  weight copies (the weight dtype); the step of the rank is the longer of that and the
-  GPU optimizer on the rest. The first parameter's fill of the pipeline is left out.
+  slowest of its three streams (:func:`host_step_s`): the gradient copies, the host Adam
+  (its threads' rate, or :data:`HOST_STEP_BYTES` per parameter at its share of DRAM
+  bandwidth) and the weight copies; the step of the rank is the longer of that and the
+  GPU optimizer on the rest. Both copies carry fp32 (:data:`COPY_BYTES`): a non-blocking
+  copy that changes dtype converts on the GPU (PyTorch ``aten/src/ATen/native/cuda/Copy.cu``
+  ``copy_kernel_cuda``, since PR #121341), so the fp32 master goes up whole into a GPU
+  temporary before it becomes the bf16 weight, and a bf16 gradient is widened before it
+  goes down. The first parameter's fill of the pipeline and that one-tensor temporary
+  are left out.
+* **What stays.** Parameters kept on the GPU are stepped by Transformer Engine's FusedAdam
+  on fp32 clones with fp32 moments (12 bytes, as without offload); with a bf16 gradient
+  buffer (``--grad-reduce-in-bf16``) each also keeps an fp32 copy of its gradient from
+  one step to the next (``_set_sub_optimizer_grads``): :func:`state_bytes`.
+* **The baseline.** Megatron-LM's command line requires ``--use-precision-aware-optimizer``
+  with offload (``validate_args``), the launch nest emits; Megatron-Core alone does not,
+  and without it the distributed optimizer keeps its fp32 master shard on the GPU too
+  (``_build_model_and_main_param_groups``), freeing 8 bytes per offloaded parameter
+  instead of 12 (Megatron-Bridge's and NeMo-RL's library launches; see
+  bench/fidelity/offload_results.md).
 * **Shares.** Every device of a server offloads at once: each gets its share of the
   server's DRAM, its bandwidth and its host link (:meth:`nest.specs.HostSpec.share`).
 
@@ -54,8 +69,11 @@ HOST_STEP_BYTES = 28
 """DRAM bytes a fused host AdamW step moves per parameter: it reads the fp32 weight,
 gradient and two moments (16) and writes the weight and moments back (12)."""
 
-GRADIENT_COPY_BYTES = 4
-"""Bytes per parameter of the gradient's device-to-host copy (into the fp32 buffer)."""
+FP32_BYTES = 4
+
+COPY_BYTES = FP32_BYTES
+"""Bytes per parameter of each host-link copy: the gradient into its fp32 host buffer and
+the fp32 master back up (converted on the GPU)."""
 
 
 def offload_ready(job: JobSpec) -> str | None:
@@ -88,12 +106,12 @@ def offload_fractions(asked, device: DeviceSpec, job: JobSpec) -> tuple[float, .
     return fractions
 
 
-def host_step_s(weight_bytes: int, share: HostShare) -> float:
+def host_step_s(share: HostShare) -> float:
     """Seconds per offloaded parameter of the host's share of the step: the slowest of
     the pipelined gradient copies, the host Adam (its threads' rate, or the DRAM
     bandwidth it streams its state at) and the weight copies."""
     adam = max(1 / share.adam_rate, HOST_STEP_BYTES / share.stream_rate)
-    return max(GRADIENT_COPY_BYTES / share.copy_rate, adam, weight_bytes / share.copy_rate)
+    return max(COPY_BYTES / share.copy_rate, adam)
 
 
 def optimizer_step_s(gpu_s, host_s, fraction) -> np.ndarray:
@@ -112,8 +130,12 @@ def host_share_of_step(gpu_s: float, host_s: float, fraction: float) -> float:
 
 
 def state_bytes(opt: OptimizerSpec, fraction) -> np.ndarray:
-    """Device bytes per (unsharded) parameter of optimizer state left on the device."""
-    return opt.sharded_bytes * (1 - np.asarray(fraction, dtype=np.float64))
+    """Device bytes per (unsharded) parameter of optimizer state left on the device: the
+    kept share's master weight and moments, and with offload and a 16-bit gradient buffer
+    its fp32 gradient copies."""
+    fraction = np.asarray(fraction, dtype=np.float64)
+    widened = np.where((fraction > 0) & (opt.grad_bytes < FP32_BYTES), FP32_BYTES, 0.0)
+    return (opt.sharded_bytes + widened) * (1 - fraction)
 
 
 def host_bytes(fraction) -> np.ndarray:

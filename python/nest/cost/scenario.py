@@ -109,7 +109,7 @@ class Scenario:
                            host.share(min(host.devices, cluster.num_devices), job.host_threads))
         # the most of its optimizer state a rank can offload (the memory floors' frugal case)
         self.max_offload = 1.0 if self.host_share is not None and offload.offload_ready(job) is None else 0.0
-        self.host_step_s = 0.0 if self.host_share is None else offload.host_step_s(self.weight_bytes, self.host_share)
+        self.host_step_s = 0.0 if self.host_share is None else offload.host_step_s(self.host_share)
         self.source = source or AnalyticSource(model, job, self.kernels)
         self.kinds = list(self.source.kinds)
         self.kind_list = list(dict.fromkeys(self.kinds))

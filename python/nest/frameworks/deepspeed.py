@@ -28,7 +28,8 @@ the ``gradient_allreduce_op`` key). Paths are relative to the DeepSpeed reposito
   (ZeRO-Offload; ``deepspeed/runtime/zero/offload_config.py``), the whole state only (the
   ``whole-optimizer-offload`` rule). nest prices it as Megatron's hybrid optimizer with
   everything offloaded (:mod:`nest.cost.offload`): fp32 state on the host, gradients down
-  in fp32 and weights up in 16 bits, the host Adam on ``job.host_threads`` threads per rank
+  in fp32 (DeepSpeed casts on the GPU) and weights up (nest prices 4 bytes, Megatron's; DeepSpeed
+  sends 16 bits), the host Adam on ``job.host_threads`` threads per rank
   (the launcher's ``--bind_cores_to_rank`` sets them).
 * Ranks: ``PipeModelDataParallelTopology`` orders axes ``pipe, data, model``: tensor-parallel
   ranks innermost, pipeline outermost (nest's ``tp-cp-ep-dp-pp``); expert-parallel groups are

@@ -125,11 +125,13 @@ def candidate_memory_floor(scn: Scenario, table: ConfigTable, cands: CandidateAr
     """Per full candidate, a lower bound on its peak memory per device with its own ZeRO
     stage and offload fraction (``offload=False``: nothing offloaded): reserve and
     transient, its parameters' bytes (:func:`~nest.cost.pricing.sync_columns` sharding)
-    and one micro-batch's activations, spread evenly over its stages; without
-    interleaving also the transformer blocks spread over stages that hold ``min(p - k, m)``
-    micro-batches each (stage ``k`` of ``p``, ``m`` per step), every block at least the
-    cheapest block's bytes: the largest stage then holds at least
-    ``blocks / sum_k 1 / (params + min(p - k, m) acts)``."""
+    and one micro-batch's activations, spread evenly over its stages; and the
+    transformer blocks spread over ranks that hold ``c_d`` micro-batches of each block's
+    activations (``min(p - d, m)`` for rank ``d`` of 1F1B; with ``v`` chunks the stage DP's
+    count of live micro-batch chunks over ``v``, which its check of ``v`` copies of every
+    chunk implies summed over the rank's chunks), every block at least the cheapest
+    block's bytes: some rank then holds at least ``blocks / sum_d 1 / (params + c_d acts)``.
+    A candidate above the device is one the stage DP finds no split for."""
     per_config, fixed = memory_factors(scn, table)
     c, zero = cands.config, cands.zero
     opt, wb = scn.job.optimizer, scn.weight_bytes
@@ -146,20 +148,63 @@ def candidate_memory_floor(scn: Scenario, table: ConfigTable, cands: CandidateAr
         total = total + params * per_param[name]
     floor = total / cands.pp
     blocks = np.flatnonzero(np.isin(np.asarray(scn.kind_list), (BLOCK, MOE)))
-    one_f_one_b = cands.vp == 1
-    if len(blocks) and one_f_one_b.any():
+    if len(blocks) and len(cands):
         cols = lambda name: table.cols[name][c][:, blocks].astype(np.float64)  # noqa: E731
         block_params = (cols("params_dense") * per_param["dense"][:, None]
                         + cols("params_expert") * per_param["expert"][:, None]).min(axis=1)
         block_acts = cols("act_bytes").min(axis=1)
-        micro = scn.job.micro_batches(cands.dp, table.arrays.micro_batch[c])
-        stage = np.arange(int(cands.pp.max()))[None, :]
-        live = np.minimum(cands.pp[:, None] - stage, micro[:, None])
-        denominators = block_params[:, None] + live * block_acts[:, None]
-        inverse = np.where(stage < cands.pp[:, None], 1 / np.maximum(denominators, 1e-300), 0.0).sum(axis=1)
-        spread = scn.kind_count[blocks].sum() / inverse
-        floor = np.where(one_f_one_b, np.maximum(floor, spread), floor)
+        micro = scn.job.micro_batches(cands.dp, table.arrays.micro_batch[c]).astype(np.float64)
+        inverse = _inverse_sum(block_params, block_acts, cands.pp.astype(np.float64),
+                               cands.vp.astype(np.float64), micro)
+        # the harmonic sums are evaluated to ~1e-12; a millionth keeps the floor below
+        floor = np.maximum(floor, scn.kind_count[blocks].sum() / (inverse * (1 + 1e-6)))
     return fixed[c] + floor
+
+
+def _harmonic(x: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """``sum_{j < count} 1 / (j + x)`` for ``x > 0``: term by term up to 16 terms, else
+    ``digamma(x + count) - digamma(x)`` (recurrence to 8, then its asymptotic series)."""
+    out = np.empty(len(x))
+    few = count <= 16
+    terms = np.arange(16)[None, :]
+    out[few] = np.where(terms < count[few, None], 1 / (terms + x[few, None]), 0.0).sum(axis=1)
+    x, count = x[~few], count[~few]
+    # far from 0 the difference of two digammas cancels: the series difference term by term
+    end = x + count
+    far = np.log1p(count / x) - 0.5 * (1 / end - 1 / x) - (1 / end**2 - 1 / x**2) / 12
+    near = _digamma(np.minimum(end, 1e3 + count)) - _digamma(np.minimum(x, 1e3))
+    out[~few] = np.where(x > 1e3, far, near)
+    return out
+
+
+def _digamma(x: np.ndarray) -> np.ndarray:
+    """The digamma function of ``x > 0`` to about 1e-12."""
+    x = np.asarray(x, dtype=np.float64).copy()
+    shift = np.zeros_like(x)
+    for _ in range(8):
+        low = x < 8
+        shift = np.where(low, shift + 1 / x, shift)
+        x = np.where(low, x + 1, x)
+    inv = 1 / (x * x)
+    series = np.log(x) - 0.5 / x - inv * (1 / 12 - inv * (1 / 120 - inv * (1 / 252 - inv / 240)))
+    return series - shift
+
+
+def _inverse_sum(params: np.ndarray, acts: np.ndarray, pp: np.ndarray, vp: np.ndarray,
+                 micro: np.ndarray) -> np.ndarray:
+    """``sum_d 1 / (params + c_d acts)`` over the ``pp`` ranks of each candidate (the
+    counts ``c_d`` of :func:`candidate_memory_floor`)."""
+    safe_acts = np.where(acts > 0, acts, 1.0)  # no activations: the last line
+    # 1F1B: c = min(i, m) for i = 1..p
+    k = np.minimum(pp, micro)
+    one_f = _harmonic(1 + params / safe_acts, k) / safe_acts + (pp - k) / (params + micro * acts)
+    # interleaved: c = min(2 j + (v - 1) p + 1, m v) / v for j = 0..p-1
+    c0 = (vp - 1) * pp + 1
+    uncapped = np.clip(np.floor((micro * vp - c0) / 2) + 1, 0, pp)
+    inter = (vp / (2 * safe_acts)) * _harmonic((c0 + vp * params / safe_acts) / 2, uncapped) \
+        + (pp - uncapped) / (params + micro * acts)
+    out = np.where(vp == 1, one_f, inter)
+    return np.where(acts > 0, out, pp / np.maximum(params, 1e-300))
 
 
 def send_floors(scn: Scenario, table: ConfigTable) -> np.ndarray:

@@ -214,7 +214,7 @@ class _Search:
         # left the candidate without a split (memory floor, or the DP found none). This
         # misses a larger fraction that would free a better split of a candidate that
         # already fits; asked-for fractions are searched everywhere.
-        keys = np.array([hash(k) for k in self._sibling_keys(cands, source)], dtype=np.int64)
+        keys = self._sibling_keys(cands, source)
         cannot = None  # keys of the candidates that did not fit at the previous fraction
         for fraction in np.unique(cands.offload):
             step = cands.offload == fraction
@@ -230,12 +230,13 @@ class _Search:
                 break
         self.infeasible = None
 
-    def _sibling_keys(self, cands: CandidateArrays, source: np.ndarray) -> list[tuple]:
-        """What a candidate and its offloading variants share: its partial, rank order and
-        ZeRO stage (a single replica's distributed optimizer is its ZeRO-0)."""
+    def _sibling_keys(self, cands: CandidateArrays, source: np.ndarray) -> np.ndarray:
+        """What a candidate and its offloading variants share, as one integer: its
+        partial, rank order and ZeRO stage (a single replica's distributed optimizer is its
+        ZeRO-0)."""
         sharded = cands.dp * self.table.arrays.cp[cands.config] > 1
         zero = np.where(sharded, cands.zero, 0)
-        return list(zip(source.tolist(), cands.order.tolist(), zero.tolist()))
+        return (source.astype(np.int64) * len(self.orders) + cands.order) * 4 + zero
 
     def _run(self, cands: CandidateArrays, source: np.ndarray, position: np.ndarray) -> None:
         """Bound ``cands``; price and solve those that can still win, best bound first."""
@@ -274,7 +275,7 @@ class _Search:
         self.evaluated += result.evaluated
         if self.infeasible is not None:
             failed = result.status == INFEASIBLE
-            self.infeasible.update(hash(k) for k, f in zip(self._sibling_keys(cands, source), failed) if f)
+            self.infeasible.update(self._sibling_keys(cands, source)[failed].tolist())
         solved = np.flatnonzero((result.status == SOLVED) & self._may_win(result.objective, cands.vp))
         if not len(solved):
             return
