@@ -62,13 +62,20 @@ def megatron_read(text: str, world: int) -> dict:
     assert global_batch % (micro * dp) == 0
     # Megatron-Core's optimizer state (optimizer_config.py): bf16 main gradients with
     # --grad-reduce-in-bf16; the precision-aware optimizer's moments, and its master weights
-    # kept as 16-bit remainders of the bf16 weights
-    aware = "--use-precision-aware-optimizer" in args
+    # kept as 16-bit remainders of the bf16 weights. With --optimizer-cpu-offload the hybrid
+    # device optimizer takes the precision-aware path (arguments.py validate_args requires the
+    # flag) but keeps fp32 masters and moments (hybrid_optimizer.py), on host and device
+    offload = float(args["--optimizer-offload-fraction"]) if "--optimizer-cpu-offload" in args else 0.0
+    if "--optimizer-cpu-offload" in args:
+        assert "--use-precision-aware-optimizer" in args and "--overlap-cpu-optimizer-d2h-h2d" in args
+        assert "--exp-avg-dtype" not in args and zero == 1
+    aware = "--use-precision-aware-optimizer" in args and not offload
     moment = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}[args.get("--exp-avg-dtype", "fp32")]
     assert not aware or args["--exp-avg-sq-dtype"] == args["--exp-avg-dtype"]
     state = {"grad": 2 if "--grad-reduce-in-bf16" in args else 4, "master": 2 if aware else 4,
              "state": 2 * moment if args["--optimizer"] == "adam" else 4}
     return {"optimizer_state": state, "fp8_param_gather": "--fp8-param-gather" in args,
+        "optimizer_offload_fraction": offload,
         "tp": tp, "pp": pp, "cp": cp, "dp": dp, "vp": vp, "ep": int(args.get("--expert-model-parallel-size", 1)),
         "sp": "--sequence-parallel" in args, "zero": zero, "recompute": granularity or "none",
         "micro_batch": micro, "num_microbatches": global_batch // (micro * dp), "blocks": blocks,
@@ -114,7 +121,8 @@ def deepspeed_read(text: str, world: int) -> dict:
             "global_batch": config["train_micro_batch_size_per_gpu"] * config["gradient_accumulation_steps"] * dp,
             "nodes": [b - a for a, b in zip(parts, parts[1:])], "ep": companion["expert_parallel"],
             "dtype": "bf16" if config["bf16"]["enabled"] else "fp16" if config["fp16"]["enabled"] else "fp32",
-            "overlap": config["zero_optimization"].get("overlap_comm", False)}
+            "overlap": config["zero_optimization"].get("overlap_comm", False),
+            "optimizer_offload_fraction": 1.0 if "offload_optimizer" in config["zero_optimization"] else 0.0}
 
 
 def torchtitan_fqns(stages: int, layers: int, input_weight: int, output_weight: int) -> list[list[str]]:
@@ -189,6 +197,7 @@ def torchtitan_read(text: str, num_layers: int) -> dict:
             "micro_batch": micro, "num_microbatches": microbatches, "global_batch": global_batch, "nodes": nodes,
             "seq_len": int(options["training.seq_len"]),
             "recompute": tokens[-1].split(":")[1], "module": tokens[1], "config": tokens[3],
+            "optimizer_offload_fraction": 0.0,
             "dtype": {"bfloat16": "bf16", "float32": "fp32"}[options["training.mixed_precision_param"]]}
 
 
@@ -210,17 +219,20 @@ def assert_round_trip(plan: dict, fw: str) -> dict:
         assert got["optimizer_state"] == {"grad": opt.grad_bytes, "master": opt.master_bytes,
                                           "state": opt.state_bytes}
         assert got["fp8_param_gather"] == bool(job.get("fp8_param_gather"))
-        keys = ("tp", "pp", "cp", "dp", "vp", "ep", "sp", "zero", "recompute", "micro_batch", "num_microbatches")
+        keys = ("tp", "pp", "cp", "dp", "vp", "ep", "sp", "zero", "recompute", "micro_batch", "num_microbatches",
+                "optimizer_offload_fraction")
     elif fw == "deepspeed":
         got = deepspeed_read(text, world)
         assert got["nodes"] == nodes and got["dtype"] == job["dtype"]
         assert got["overlap"] == bool(job.get("overlap_grad_reduce")) or p["zero"] == 0
-        keys = ("tp", "pp", "cp", "dp", "vp", "ep", "sp", "zero", "recompute", "micro_batch", "num_microbatches")
+        keys = ("tp", "pp", "cp", "dp", "vp", "ep", "sp", "zero", "recompute", "micro_batch", "num_microbatches",
+                "optimizer_offload_fraction")
     else:
         got = torchtitan_read(text, plan["model"]["layers"])
         assert got["nodes"] == nodes and got["dtype"] == job["dtype"] and got["seq_len"] == job["seq_len"]
         assert (got["module"], got["config"]) == registry_entry(plan["model"]["spec"])
-        keys = ("tp", "pp", "cp", "dp", "vp", "ep", "sp", "zero", "recompute", "micro_batch", "num_microbatches")
+        keys = ("tp", "pp", "cp", "dp", "vp", "ep", "sp", "zero", "recompute", "micro_batch", "num_microbatches",
+                "optimizer_offload_fraction")
     assert got["global_batch"] == job["global_batch"]
     assert {k: got[k] for k in keys} == {k: p[k] for k in keys}
     return got

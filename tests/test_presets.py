@@ -67,7 +67,7 @@ DRIVER_TOTALS = {"a100-40gb": 40960 * 2**20, "a100-80gb": 81920 * 2**20, "h100-s
                  "h200": 143771 * 2**20, "b200": 183359 * 2**20, "mi300x": 206141652992,
                  "tpuv4": 32 * 2**30, "tpuv5p": 95e9,
                  # datasheet sizes, for want of a published driver figure (like the TPUs')
-                 "gh200": 96 * 2**30, "v100-32gb": 32 * 2**30}
+                 "gh200": 96 * 2**30, "v100-32gb": 32 * 2**30, "gb200": 186e9}
 
 
 def test_every_device_has_its_driver_reported_capacity():

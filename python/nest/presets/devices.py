@@ -6,7 +6,7 @@ allocate from (before the device's ``reserved_bytes``): ``nvidia-smi`` shows 409
 https://github.com/modal-labs/modal-client/pull/2797), 143771 MiB (H200) and 183359 MiB
 (B200); ``rocm-smi`` shows 206141652992 B = 196592 MiB (MI300X). Datasheets round these
 (an "80 GB" H100 has 85.5 GB). TPUs, the GH200 (96 GiB) and the V100 (32 GiB) keep the
-documented HBM size, for want of a published runtime figure (the driver reports a little
+documented HBM size (the GB200 too, 186 GB), for want of a published runtime figure (the driver reports a little
 less, as on H100: 81559 of 81920 MiB).
 
 Each NVIDIA preset carries the host of its reference server (:mod:`nest.presets.hosts`):
@@ -73,6 +73,12 @@ _PRESETS = [
                peak_flops_fp32=1100 * TFLOPS, gemm_efficiency=MAMF_B200,
                source="NVIDIA DGX B200 datasheet (per GPU: 180 GB HBM3e usable, 8 TB/s, "
                       "2.25 PFLOPS dense BF16, 4.5 PFLOPS dense FP8)"),
+    DeviceSpec(name="gb200", host=HOSTS["grace-gb200"], memory_bytes=186 * GB, hbm_bandwidth=8000 * GB,
+               peak_flops_bf16=2500 * TFLOPS, peak_flops_fp8=5000 * TFLOPS, peak_flops_fp32=1250 * TFLOPS,
+               gemm_efficiency=MAMF_B200,
+               source="NVIDIA GB200 NVL72 datasheet, per GPU of 72: 13.4 TB HBM3e (186 GB), 576 TB/s (8 TB/s), "
+                      "360 PFLOPS BF16 and 720 FP8 with sparsity (2.5 and 5 PFLOPS dense); Grace host memory "
+                      "over NVLink-C2C"),
     DeviceSpec(name="gh200", host=HOSTS["grace-gh200"], memory_bytes=96 * GiB, hbm_bandwidth=4000 * GB,
                peak_flops_bf16=989 * TFLOPS, peak_flops_fp8=1979 * TFLOPS,
                peak_flops_fp32=494.5 * TFLOPS,
