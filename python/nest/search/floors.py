@@ -120,10 +120,9 @@ def chunk_memory(scn: Scenario, table: ConfigTable, chunk: PartialChunk) -> np.n
     return fixed[chunk.config] + (shared[owner] + per_config[chunk.config, 5]) / chunk.pp[owner]
 
 
-def candidate_memory_floor(scn: Scenario, table: ConfigTable, cands: CandidateArrays,
-                           offload: bool = True) -> np.ndarray:
+def candidate_memory_floor(scn: Scenario, table: ConfigTable, cands: CandidateArrays) -> np.ndarray:
     """Per full candidate, a lower bound on its peak memory per device with its own ZeRO
-    stage and offload fraction (``offload=False``: nothing offloaded): reserve and
+    stage and offload fraction: reserve and
     transient, its parameters' bytes (:func:`~nest.cost.pricing.sync_columns` sharding)
     and one micro-batch's activations, spread evenly over its stages; and the
     transformer blocks spread over ranks that hold ``c_d`` micro-batches of each block's
@@ -142,9 +141,8 @@ def candidate_memory_floor(scn: Scenario, table: ConfigTable, cands: CandidateAr
     per_param = {}
     for name, params in (("dense", dense / frugal), ("expert", expert / frugal)):
         s = shards[name]
-        kept = 1 - cands.offload if offload else 1.0
         per_param[name] = (wb / np.where(zero >= 3, s, 1) + opt.grad_bytes / np.where(zero >= 2, s, 1)
-                           + opt.sharded_bytes * kept / np.where(zero >= 1, s, 1))
+                           + opt.sharded_bytes * (1 - cands.offload) / np.where(zero >= 1, s, 1))
         total = total + params * per_param[name]
     floor = total / cands.pp
     blocks = np.flatnonzero(np.isin(np.asarray(scn.kind_list), (BLOCK, MOE)))

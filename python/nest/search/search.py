@@ -167,8 +167,8 @@ class _Search:
         self.ranking = ranking  # None: by the closed form
         self.closed_form = INF  # the incumbent's
         self.framework = framework(scn.job.framework)
-        # default offload: a candidate's offloading variants are tried only when it
-        # cannot fit without them (memory floor); asked-for fractions are searched fully
+        # default offload: a candidate's offloading variants are tried only where it
+        # cannot fit without them (block); asked-for fractions are searched fully
         self.offload_when_needed = False
         self.infeasible: set | None = None  # sibling keys the DP found no split for, while collected
 
