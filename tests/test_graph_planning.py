@@ -104,7 +104,7 @@ def _slow_uplink_spine_leaf(memory_gib):
     return graph_net.graph_cluster(graph, device, name="slow-uplinks")
 
 
-@pytest.mark.parametrize("memory_gib", [pytest.param(80, marks=pytest.mark.slow), 1.0, 0.8])
+@pytest.mark.parametrize("memory_gib", [pytest.param(80, marks=pytest.mark.slow), pytest.param(1.0, marks=pytest.mark.slow), 0.8])
 def test_graph_plan_is_the_exhaustive_optimum(memory_gib):
     cluster = _slow_uplink_spine_leaf(memory_gib)
     job = JobSpec(global_batch=16, seq_len=1024, reserved_memory_bytes=0.5 * 2**30)
