@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .cost.offload import host_share_of_step
-from .cost.pricing import OPTIMIZER_KERNELS, KindTimes, gpu_optimizer_s
+from .cost.pricing import KindTimes, gpu_optimizer_s, optimizer_launch_s
 from .cost.scenario import AnalyticSource, Scenario
 from .dp import engine as engines
 from .dp.problem import DPProblem
@@ -242,8 +242,7 @@ def _breakdown(scn: Scenario, times: KindTimes, pp: int, timing: StepTiming, chu
     last = max(range(pp), key=timing.rank_end_s)
     optimizer = sum(task.seconds for task, _ in timing.end_runs[last] if task.kind == "optimizer")
     # the host's part of an offloading optimizer step beyond the GPU step of the rest
-    launch = OPTIMIZER_KERNELS * scn.kernels.overhead
-    offloaded = max(0.0, optimizer - launch) * host_share_of_step(gpu_optimizer_s(scn), scn.host_step_s, fraction)
+    offloaded = max(0.0, optimizer - optimizer_launch_s(scn)) * host_share_of_step(gpu_optimizer_s(scn), scn.host_step_s, fraction)
     tail = timing.step_s - timing.pipeline_s
     breakdown = {
         "compute": causes["compute"],

@@ -215,7 +215,7 @@ def sync_columns(scn: Scenario, cands: CandidateArrays, terms: GroupTerms) -> di
     ``*_state_bytes``; ``*_host_bytes``: the host bytes of its offloaded optimizer state,
     :mod:`nest.cost.offload`)."""
     opt, wb, zero = scn.job.optimizer, scn.weight_bytes, cands.zero
-    fixed = np.full(len(cands), OPTIMIZER_KERNELS * scn.kernels.overhead)
+    fixed = np.full(len(cands), optimizer_launch_s(scn))
     out = {}
     for name, (alpha, beta), shards in (("dense", terms.dense_dp, terms.dense_shards),
                                         ("expert", terms.expert_dp, terms.expert_shards)):
@@ -238,6 +238,11 @@ def sync_columns(scn: Scenario, cands: CandidateArrays, terms: GroupTerms) -> di
         out[name + "_bytes"] = out[name + "_weight_bytes"] + out[name + "_grad_bytes"] + out[name + "_state_bytes"]
     out["fixed_s"] = fixed
     return out
+
+
+def optimizer_launch_s(scn: Scenario) -> float:
+    """Seconds of the optimizer step's launches (its fixed cost on every rank)."""
+    return OPTIMIZER_KERNELS * scn.kernels.overhead
 
 
 def gpu_optimizer_s(scn: Scenario) -> float:

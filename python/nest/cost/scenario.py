@@ -108,7 +108,7 @@ class Scenario:
         self.host_share = (None if host is None else
                            host.share(min(host.devices, cluster.num_devices), job.host_threads))
         # the most of its optimizer state a rank can offload (the memory floors' frugal case)
-        self.max_offload = 1.0 if self.host_share is not None and offload.offload_ready(job) is None else 0.0
+        self.max_offload = max(offload.offload_fractions(None, cluster.device, job))
         self.host_step_s = 0.0 if self.host_share is None else offload.host_step_s(self.host_share)
         self.source = source or AnalyticSource(model, job, self.kernels)
         self.kinds = list(self.source.kinds)

@@ -32,7 +32,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..cost.pricing import OPTIMIZER_KERNELS, Priced, price_candidate, sync_parts
+from ..cost.pricing import Priced, optimizer_launch_s, price_candidate, sync_parts
 from ..cost.scenario import Scenario
 from ..parallel import RECOMPUTE_MODES, Candidate
 
@@ -213,7 +213,7 @@ class BatchTasks:
             per_rank = [[vp * float(x) for x in heaviest] for _ in range(pp)]
         elif sync != "device":
             raise ValueError(f"sync = {sync!r}: must be 'device' or 'heaviest'")
-        launch = OPTIMIZER_KERNELS * scn.kernels.overhead
+        launch = optimizer_launch_s(scn)
         alpha = float(self.priced.sync["fixed_s"][n]) - launch  # latency terms of the collectives
         out = []
         for reduce, gather, optimizer in per_rank:
