@@ -123,3 +123,21 @@ def test_plan_offload(benchmark, model, cluster, devices, space):
     benchmark.extra_info["step_time_s"] = plan.step_time_s
     benchmark.extra_info["offload"] = plan.parallelism["optimizer_offload_fraction"]
     benchmark.extra_info["candidates_evaluated"] = plan.candidates_evaluated
+
+
+ACTIVATION_SPACES = {"none": None, "eighths": (0, 4, 8, 12, 16, 20, 24, 28), "every-layer": tuple(range(32))}
+
+
+@pytest.mark.parametrize("space", list(ACTIVATION_SPACES))
+def test_plan_activation_offload(benchmark, space):
+    """Activation offload as a search dimension (llama3-8b at 16k tokens on one DGX H100,
+    where it beats recomputation): without it, every eighth of the layers, every count;
+    solve time, and the step each finds (in extra_info)."""
+    c = nest.load_cluster("dgx-h100", devices=8)
+    job = nest.JobSpec(global_batch=32, seq_len=16384)
+    limits = nest.SpaceLimits(act_offload=ACTIVATION_SPACES[space])
+    benchmark.group = "plan llama3-8b dgx-h100 8 at 16k: activation offload"
+    plan = benchmark.pedantic(nest.plan, args=("llama3-8b", c, job), kwargs={"limits": limits}, rounds=3,
+                              iterations=1)
+    benchmark.extra_info["step_time_s"] = plan.step_time_s
+    benchmark.extra_info["activation_offload_layers"] = plan.parallelism["activation_offload_layers"]

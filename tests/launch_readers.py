@@ -69,13 +69,18 @@ def megatron_read(text: str, world: int) -> dict:
     if "--optimizer-cpu-offload" in args:
         assert "--use-precision-aware-optimizer" in args and "--overlap-cpu-optimizer-d2h-h2d" in args
         assert "--exp-avg-dtype" not in args and zero == 1
+    # main's --cpu-offloading-num-layers sets cpu_offloading (arguments.py), which
+    # TransformerConfig.__post_init__ allows below num_layers, without PP or recomputation
+    act_offload = int(args.get("--cpu-offloading-num-layers", 0))
+    if act_offload:
+        assert act_offload < layers and pp == 1 and granularity is None
     aware = "--use-precision-aware-optimizer" in args and not offload
     moment = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}[args.get("--exp-avg-dtype", "fp32")]
     assert not aware or args["--exp-avg-sq-dtype"] == args["--exp-avg-dtype"]
     state = {"grad": 2 if "--grad-reduce-in-bf16" in args else 4, "master": 2 if aware else 4,
              "state": 2 * moment if args["--optimizer"] == "adam" else 4}
     return {"optimizer_state": state, "fp8_param_gather": "--fp8-param-gather" in args,
-        "optimizer_offload_fraction": offload,
+        "optimizer_offload_fraction": offload, "activation_offload_layers": act_offload,
         "tp": tp, "pp": pp, "cp": cp, "dp": dp, "vp": vp, "ep": int(args.get("--expert-model-parallel-size", 1)),
         "sp": "--sequence-parallel" in args, "zero": zero, "recompute": granularity or "none",
         "micro_batch": micro, "num_microbatches": global_batch // (micro * dp), "blocks": blocks,
@@ -122,7 +127,8 @@ def deepspeed_read(text: str, world: int) -> dict:
             "nodes": [b - a for a, b in zip(parts, parts[1:])], "ep": companion["expert_parallel"],
             "dtype": "bf16" if config["bf16"]["enabled"] else "fp16" if config["fp16"]["enabled"] else "fp32",
             "overlap": config["zero_optimization"].get("overlap_comm", False),
-            "optimizer_offload_fraction": 1.0 if "offload_optimizer" in config["zero_optimization"] else 0.0}
+            "optimizer_offload_fraction": 1.0 if "offload_optimizer" in config["zero_optimization"] else 0.0,
+            "activation_offload_layers": 0}
 
 
 def torchtitan_fqns(stages: int, layers: int, input_weight: int, output_weight: int) -> list[list[str]]:
@@ -197,7 +203,7 @@ def torchtitan_read(text: str, num_layers: int) -> dict:
             "micro_batch": micro, "num_microbatches": microbatches, "global_batch": global_batch, "nodes": nodes,
             "seq_len": int(options["training.seq_len"]),
             "recompute": tokens[-1].split(":")[1], "module": tokens[1], "config": tokens[3],
-            "optimizer_offload_fraction": 0.0,
+            "optimizer_offload_fraction": 0.0, "activation_offload_layers": 0,
             "dtype": {"bfloat16": "bf16", "float32": "fp32"}[options["training.mixed_precision_param"]]}
 
 
@@ -220,19 +226,19 @@ def assert_round_trip(plan: dict, fw: str) -> dict:
                                           "state": opt.state_bytes}
         assert got["fp8_param_gather"] == bool(job.get("fp8_param_gather"))
         keys = ("tp", "pp", "cp", "dp", "vp", "ep", "sp", "zero", "recompute", "micro_batch", "num_microbatches",
-                "optimizer_offload_fraction")
+                "optimizer_offload_fraction", "activation_offload_layers")
     elif fw == "deepspeed":
         got = deepspeed_read(text, world)
         assert got["nodes"] == nodes and got["dtype"] == job["dtype"]
         assert got["overlap"] == bool(job.get("overlap_grad_reduce")) or p["zero"] == 0
         keys = ("tp", "pp", "cp", "dp", "vp", "ep", "sp", "zero", "recompute", "micro_batch", "num_microbatches",
-                "optimizer_offload_fraction")
+                "optimizer_offload_fraction", "activation_offload_layers")
     else:
         got = torchtitan_read(text, plan["model"]["layers"])
         assert got["nodes"] == nodes and got["dtype"] == job["dtype"] and got["seq_len"] == job["seq_len"]
         assert (got["module"], got["config"]) == registry_entry(plan["model"]["spec"])
         keys = ("tp", "pp", "cp", "dp", "vp", "ep", "sp", "zero", "recompute", "micro_batch", "num_microbatches",
-                "optimizer_offload_fraction")
+                "optimizer_offload_fraction", "activation_offload_layers")
     assert got["global_batch"] == job["global_batch"]
     assert {k: got[k] for k in keys} == {k: p[k] for k in keys}
     return got

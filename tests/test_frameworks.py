@@ -41,7 +41,8 @@ DEBUG = ModelSpec(name="llama3-debug", num_layers=6, hidden=256, num_heads=16, n
                   vocab_size=2048, seq_len=2048, **DECODER)
 ORDERS_TRIED = (DEFAULT_ORDER, PP_LAST, "cp-tp-ep-dp-pp")
 # optimizer offload 0.5 breaks each framework's offload rule (torchtitan: any; DeepSpeed: partial; Megatron: not ZeRO-1)
-EVERYTHING = SpaceLimits(sp=(False, True), zero=(0, 1, 2, 3), rank_order=ORDERS_TRIED, offload=(0.0, 0.5))
+EVERYTHING = SpaceLimits(sp=(False, True), zero=(0, 1, 2, 3), rank_order=ORDERS_TRIED, offload=(0.0, 0.5),
+                        act_offload=(0, 2))
 
 
 def cluster(devices: int = 16, memory_gib: float = 80, preset: str = "dgx-a100"):
@@ -222,6 +223,8 @@ BREAKS = [
     ("torchtitan", "no-selective-recompute", DEBUG, dict(tp=1, pp=1, dp=16, zero=3, recompute="selective"), {}),
     ("torchtitan", "sequence-divisor", DEBUG, dict(tp=8, pp=1, dp=1, cp=2, zero=3, sp=True), {"seq_len": 1040}),
     ("torchtitan", "no-optimizer-offload", DEBUG, dict(tp=1, pp=1, dp=16, zero=3, optimizer_offload=1.0), {}),
+    ("torchtitan", "no-activation-offload", DEBUG, dict(tp=1, pp=1, dp=16, zero=3, activation_offload=1), {}),
+    ("deepspeed", "no-activation-offload", GPT, dict(tp=1, pp=1, dp=16, zero=1, activation_offload=2), {}),
 ]
 
 
@@ -247,7 +250,8 @@ def test_evaluate_names_the_broken_rule(fw, rule, model, config, options):
 
 def _columns(config: dict, jobspec: JobSpec):
     cfg = LayerConfig(config.get("tp", 1), config.get("sp", False), config["micro_batch"],
-                      config["recompute"], True, config.get("cp", 1), config.get("ep", 1))
+                      config["recompute"], True, config.get("cp", 1), config.get("ep", 1),
+                      config.get("activation_offload", 0))
     cand = Candidate(cfg, config["pp"], config["dp"], config.get("vp", 1), config.get("zero", 0),
                      config.get("rank_order", DEFAULT_ORDER), config.get("optimizer_offload", 0.0))
     return Columns.of_candidate(cand)

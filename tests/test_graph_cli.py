@@ -64,7 +64,8 @@ def test_graph_presets(capsys):
     assert main(["clusters", "--json"]) == 0
     names = {c["name"] for c in json.loads(capsys.readouterr().out)["graph_clusters"]}
     assert names == {"h100-fattree", "dgx-h100-rail", "tpuv4-torus", "h100-leafspine", "h100-dragonfly",
-                     "dgx-a100-graph", "dgx-h100-graph", "tpuv4-fattree-graph", "h100-spineleaf-graph"}
+                     "dgx-a100-graph", "dgx-h100-graph", "gb200-nvl72-graph", "tpuv4-fattree-graph",
+                     "h100-spineleaf-graph"}
     assert main(["plan", "--model", "gpt-1.7b", "--cluster", "dgx-h100-rail", "--devices", "32",
                  "--global-batch", "128", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)

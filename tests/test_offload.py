@@ -65,6 +65,20 @@ def test_every_nvidia_preset_has_a_host_and_the_others_none():
     assert DEVICES["gh200"].host.link_bandwidth == 450e9  # NVLink-C2C, each way
 
 
+def test_a_gb200_nvl72_rack_is_one_nvlink_domain_on_grace_hosts():
+    rack = nest.load_cluster("gb200-nvl72", devices=72)
+    assert [(t.name, t.fanout) for t in rack.tiers] == [("nvlink", 72)]
+    su = nest.load_cluster("gb200-nvl72")
+    assert [(t.name, t.fanout) for t in su.tiers] == [("nvlink", 72), ("leaf", 8)]
+    assert su.device.host is HOSTS["grace-gb200"] and su.tiers[0].bandwidth == 900e9
+    with pytest.raises(SpecError, match="needs a multiple of 72 devices"):
+        nest.load_cluster("gb200-nvl72", devices=100)
+    # beyond eight GPUs tensor parallelism stays on NVLink: a TP8 x DP9 rack is one tier
+    plan = nest.evaluate("llama3-70b", rack, JobSpec(global_batch=72, seq_len=8192), tp=8, pp=1, dp=9,
+                         micro_batch=1, recompute="full", zero=3)
+    assert plan.devices_used == 72 and plan.breakdown_s["tp_comm"] > 0
+
+
 @pytest.mark.parametrize("field,value,message", [
     ("link_shared_by", 9, "host.link_shared_by = 9: must be at most 8"),
     ("memory_efficiency", 1.5, "host.memory_efficiency = 1.5: must be a fraction in (0, 1]"),

@@ -222,10 +222,13 @@ def models(draw) -> ModelSpec:
 
 @st.composite
 def scenarios(draw):
-    """(model, cluster, job): a preset cluster sized to 8-64 devices, its device memory
+    """(model, cluster, job): a preset cluster sized to 8-72 devices, its device memory
     scaled down (to force pipelining, recomputation and sharding, or infeasibility)."""
     model = draw(models())
-    cluster = nest.load_cluster(draw(st.sampled_from(sorted(CLUSTERS))), devices=draw(st.sampled_from([8, 16, 32, 64])))
+    name = draw(st.sampled_from(sorted(CLUSTERS)))
+    # sizes each preset has: a part of one 72-GPU NVLink domain divides it
+    sizes = [8, 24, 36, 72] if CLUSTERS[name].tiers[0].fanout == 72 else [8, 16, 32, 64]
+    cluster = nest.load_cluster(name, devices=draw(st.sampled_from(sizes)))
     memory_gib = draw(st.sampled_from([None, 0.05, 0.1, 0.2, 0.4, 1.0, 4.0]))
     if memory_gib:
         cluster = replace(cluster, device=replace(cluster.device, memory_bytes=memory_gib * 2**30))
@@ -270,7 +273,8 @@ def test_plans_fit_and_evaluate_reproduces_them(scenario):
 
     again = nest.evaluate(model, cluster, job, tp=p["tp"], pp=p["pp"], dp=p["dp"], micro_batch=p["micro_batch"],
                           recompute=p["recompute"], sp=p["sp"], zero=p["zero"], cp=p["cp"], ep=p["ep"],
-                          vp=p["vp"], rank_order=p["rank_order"],
+                          vp=p["vp"], rank_order=p["rank_order"], optimizer_offload=p["optimizer_offload_fraction"],
+                          activation_offload=p["activation_offload_layers"],
                           layers_per_stage=[len(s.layers) for s in plan.stages])
     assert again.step_time_s == plan.step_time_s
     assert [s.memory_bytes for s in again.stages] == [s.memory_bytes for s in plan.stages]

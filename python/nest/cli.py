@@ -84,6 +84,14 @@ def _fraction_list(text: str) -> tuple[float, ...]:
     return tuple(_fraction(part) for part in text.split(","))
 
 
+def _layer_count_list(text: str) -> tuple[int, ...]:
+    """``0,4,8``: numbers of layers (0 allowed)."""
+    values = tuple(_int_list(text))
+    if any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: layer counts are 0 or more")
+    return values
+
+
 def _recompute_list(text: str) -> tuple[str, ...]:
     """``none,selective`` or ``none,layernorm,moe_act``: recompute modes, read left to right
     taking the longest mode at each point (a mode's own modules are joined by commas)."""
@@ -109,14 +117,18 @@ LIMIT_FLAGS = (("--tp", "tp", _degree_list, "tensor-parallel degrees"),
                ("--recompute", "recompute", _recompute_list, "recompute modes"),
                ("--optimizer-offload", "offload", _fraction_list,
                 "optimizer-offload fractions (each rank's share of optimizer state on the host; default: offload "
-                "only where a configuration fits no other way)"))
+                "only where a configuration fits no other way)"),
+               ("--activation-offload", "act_offload", _layer_count_list,
+                "activation-offload layer counts (the first N layers' activations on the host, for one pipeline "
+                "stage without recomputation; default: 0, none)"))
 """The search limits ``plan`` and ``compare`` take (:class:`~nest.parallel.SpaceLimits` fields)."""
 
 
 def _add_limits(parser: argparse.ArgumentParser) -> None:
     """The flags that narrow the search: each takes one value or a comma-separated list."""
     for flag, _, kind, what in LIMIT_FLAGS:
-        example = {_recompute_list: "none,selective", _zero_list: "1,2", _fraction_list: "0,0.5,1"}.get(kind, "4,8")
+        example = {_recompute_list: "none,selective", _zero_list: "1,2", _fraction_list: "0,0.5,1",
+                   _layer_count_list: "0,4,8"}.get(kind, "4,8")
         parser.add_argument(flag, dest=_limit_dest(flag), type=kind, metavar="LIST",
                             help=f"{what} to search, one or a comma-separated list (e.g. {flag} {example}; "
                                  "default: all)")
@@ -249,6 +261,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--optimizer-offload", type=_fraction, default=0.0, metavar="F",
                           help="fraction of each rank's optimizer state held and stepped on the host "
                                "(Megatron --optimizer-cpu-offload; default 0)")
+    evaluate.add_argument("--activation-offload", type=int, default=0, metavar="N",
+                          help="the first N transformer layers keep their activations on the host between forward "
+                               "and backward (Megatron --cpu-offloading-num-layers; pp 1, no recomputation; "
+                               "default 0)")
     evaluate.add_argument("--cp", type=_positive_int, default=1, help="context-parallel degree")
     evaluate.add_argument("--ep", type=_positive_int, default=1, help="expert-parallel degree")
     evaluate.add_argument("--vp", type=_positive_int, default=1,
@@ -455,7 +471,8 @@ def _run(args) -> int:
             raise SpecError(f"evaluate: missing {', '.join(missing)} (the configuration to cost)")
         result = evaluate(sp=args.sp, distributed_optimizer=args.distributed_optimizer, zero=args.zero,
                           cp=args.cp, ep=args.ep, vp=args.vp, rank_order=args.rank_order, ranking=args.ranking,
-                          optimizer_offload=args.optimizer_offload, **fixed, **common)
+                          optimizer_offload=args.optimizer_offload, activation_offload=args.activation_offload,
+                          **fixed, **common)
     if args.command == "evaluate" and (args.simulate or args.timeline):
         return _simulate(args, result, scenario)
     _print_plan(result, args)

@@ -132,6 +132,9 @@ class LayerConfig:
     tied_copy: bool = False  # the head stage keeps its own copy of tied embeddings
     cp: int = 1
     ep: int = 1
+    # the transformer layers, first ones first, whose activations Transformer Engine
+    # offloads to the host between their forward and backward (nest.cost.activation_offload)
+    act_offload: int = 0
 
 
 @dataclass(frozen=True)
@@ -172,7 +175,8 @@ class Candidate:
                 "vp": self.vp, "zero": self.zero, "distributed_optimizer": self.zero >= 1,
                 "recompute": cfg.recompute, "micro_batch": cfg.micro_batch,
                 "num_microbatches": micro_batches, "rank_order": self.order,
-                "expert_tp": 1, "expert_dp": self.expert_dp, "optimizer_offload_fraction": self.offload}
+                "expert_tp": 1, "expert_dp": self.expert_dp, "optimizer_offload_fraction": self.offload,
+                "activation_offload_layers": cfg.act_offload}
 
     @staticmethod
     def of_parallelism(parallelism: dict, tied_embeddings: bool) -> "Candidate":
@@ -180,7 +184,8 @@ class Candidate:
         model's, which decides the head stage's copy)."""
         p = parallelism
         cfg = LayerConfig(p["tp"], bool(p["sp"]), p["micro_batch"], p["recompute"],
-                          tied_embeddings and p["pp"] > 1, p.get("cp", 1), p.get("ep", 1))
+                          tied_embeddings and p["pp"] > 1, p.get("cp", 1), p.get("ep", 1),
+                          p.get("activation_offload_layers", 0))
         return Candidate(cfg, p["pp"], p["dp"], p.get("vp", 1), p.get("zero", 0),
                          p.get("rank_order", DEFAULT_ORDER), p.get("optimizer_offload_fraction", 0.0))
 
@@ -197,6 +202,11 @@ class ConfigArrays:
     tied_copy: np.ndarray
     cp: np.ndarray
     ep: np.ndarray
+    act_offload: np.ndarray | None = None  # None: no layer offloads
+
+    def __post_init__(self):
+        if self.act_offload is None:
+            object.__setattr__(self, "act_offload", np.zeros(len(self.tp), dtype=np.int64))
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -207,16 +217,16 @@ class ConfigArrays:
         col = lambda get, dtype=np.int64: np.array([get(c) for c in configs], dtype=dtype)  # noqa: E731
         return ConfigArrays(col(lambda c: c.tp), col(lambda c: c.sp, bool), col(lambda c: c.micro_batch),
                             col(lambda c: mode[c.recompute]), col(lambda c: c.tied_copy, bool),
-                            col(lambda c: c.cp), col(lambda c: c.ep))
+                            col(lambda c: c.cp), col(lambda c: c.ep), col(lambda c: c.act_offload))
 
     def take(self, index: np.ndarray) -> "ConfigArrays":
         return ConfigArrays(*(getattr(self, f)[index] for f in
-                              ("tp", "sp", "micro_batch", "recompute", "tied_copy", "cp", "ep")))
+                              ("tp", "sp", "micro_batch", "recompute", "tied_copy", "cp", "ep", "act_offload")))
 
     def config(self, i: int) -> LayerConfig:
         return LayerConfig(int(self.tp[i]), bool(self.sp[i]), int(self.micro_batch[i]),
                            RECOMPUTE_MODES[int(self.recompute[i])], bool(self.tied_copy[i]),
-                           int(self.cp[i]), int(self.ep[i]))
+                           int(self.cp[i]), int(self.ep[i]), int(self.act_offload[i]))
 
 
 class ConfigList(Sequence):
@@ -339,6 +349,9 @@ class SpaceLimits:
     zero: tuple[int, ...] | None = None
     rank_order: tuple[str, ...] | None = None
     offload: tuple[float, ...] | None = None
+    # transformer layers whose activations offload (configurations without recomputation
+    # on one pipeline stage; None: none)
+    act_offload: tuple[int, ...] | None = None
 
     def orders(self) -> tuple[str, ...]:
         """The rank orders to search (validated): the limit, else :data:`RANK_ORDERS`."""

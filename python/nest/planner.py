@@ -15,6 +15,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from .cost.activation_offload import offload_layer_counts
 from .cost.offload import offload_fractions
 from .cost.scenario import Scenario
 from .dp import engine as engines
@@ -107,14 +108,17 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
              tp: int, pp: int, dp: int, micro_batch: int, recompute: str = "none", sp: bool = False,
              distributed_optimizer: bool = False, zero: int | None = None, cp: int = 1, ep: int = 1,
              vp: int = 1, rank_order: str = DEFAULT_ORDER, layers_per_stage: list[int] | None = None,
-             optimizer_offload: float = 0.0, engine: str = "cpp", threads: int | None = None, source=None,
-             ranking: str = "schedule") -> Plan:
+             optimizer_offload: float = 0.0, activation_offload: int = 0, engine: str = "cpp",
+             threads: int | None = None, source=None, ranking: str = "schedule") -> Plan:
     """Cost one fixed configuration; with ``layers_per_stage`` also a fixed split.
 
     ``zero`` is the ZeRO stage (0-3); ``distributed_optimizer=True`` is ZeRO-1 (Megatron's
     name for it). ``optimizer_offload`` is the fraction of each rank's optimizer state
     held and stepped on the host (:mod:`nest.cost.offload`; it needs a sharded optimizer,
-    which a single replica gets as ZeRO-1). With ``vp > 1`` the split has ``pp x vp`` virtual stages, listed in
+    which a single replica gets as ZeRO-1). ``activation_offload`` is the number of
+    transformer layers, the first ones, whose activations wait on the host between their
+    forward and backward (:mod:`nest.cost.activation_offload`: one pipeline stage, no
+    recomputation). With ``vp > 1`` the split has ``pp x vp`` virtual stages, listed in
     schedule order. Without a split, the stage DP's split for that configuration,
     polished on the exact schedule (:func:`~nest.search.search.polish_split`) unless
     ``ranking`` is ``"closed-form"``, as :func:`plan` splits it. Inputs as for
@@ -130,6 +134,10 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
     offload = check_fraction(optimizer_offload)
     model, cluster, job = coerce_inputs(model, cluster, job)
     offload_fractions((offload,), cluster.device, job)  # a host to offload to, an optimizer that can
+    (layers,) = offload_layer_counts((activation_offload,), model, cluster.device)
+    if layers and (pp > 1 or recompute != "none"):
+        raise SpecError(f"activation_offload = {layers}: runs on one pipeline stage without recomputation "
+                        f"(pp = {pp}, recompute = {recompute}; Megatron-Core TransformerConfig.__post_init__)")
     scn = Scenario(model, cluster, job, source)
     if zero is None:
         zero = 1 if distributed_optimizer or (offload and dp * cp == 1) else 0
@@ -138,8 +146,8 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
     if offload and not zero:
         raise SpecError(f"optimizer_offload = {offload:g}: needs a sharded optimizer (zero >= 1, "
                         "distributed_optimizer)")
-    cand = Candidate(_fixed_config(scn, tp, sp, micro_batch, recompute, cp, ep, pp), pp, dp, vp, zero, rank_order,
-                     offload)
+    cand = Candidate(_fixed_config(scn, tp, sp, micro_batch, recompute, cp, ep, pp, layers), pp, dp, vp, zero,
+                     rank_order, offload)
     _check_fixed(scn, cand, layers_per_stage)
     fw = framework(job.framework)
     fw.check(model, job, cand)
@@ -207,11 +215,11 @@ def _positive(name: str, value) -> None:
         raise SpecError(f"{name} = {value!r}: must be a positive integer")
 
 
-def _fixed_config(scn: Scenario, tp, sp, micro_batch, recompute, cp, ep, pp) -> LayerConfig:
+def _fixed_config(scn: Scenario, tp, sp, micro_batch, recompute, cp, ep, pp, act_offload=0) -> LayerConfig:
     for name, value in (("tp", tp), ("pp", pp), ("micro_batch", micro_batch), ("cp", cp), ("ep", ep)):
         _positive(name, value)
     check_tp(scn.model, scn.cluster, tp)
-    return LayerConfig(tp, sp, micro_batch, recompute, scn.model.tied_embeddings and pp > 1, cp, ep)
+    return LayerConfig(tp, sp, micro_batch, recompute, scn.model.tied_embeddings and pp > 1, cp, ep, act_offload)
 
 
 def _check_fixed(scn: Scenario, cand: Candidate, layers) -> None:

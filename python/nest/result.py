@@ -20,6 +20,10 @@ Besides the keys of DESIGN.md section 5, the document has
     the share of each rank's optimizer state held and stepped on the host
     (:mod:`nest.cost.offload`), the step time its host step adds beyond the GPU's, the
     host preset (None: the device has none).
+``parallelism.activation_offload_layers``, ``breakdown_s.activation_offload``
+    the transformer layers (the first ones) whose activations wait on the host between
+    their forward and backward, and the step time the compute stream waits for their
+    copies (:mod:`nest.cost.activation_offload`); their copies count in ``host_bytes``.
 ``stages[].devices``
     the devices of the stage's ranks: device indices on a hierarchical cluster, device
     node ids (strings) on a graph; ``stages[].ranks`` lists the ranks themselves.
@@ -218,7 +222,7 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
     )
 
 
-CAUSES = ("compute", "tp", "cp", "ep", "dp")
+CAUSES = ("compute", "tp", "cp", "ep", "dp", "offload")
 """The :class:`~nest.cost.pricing.KindTimes` causes a breakdown sums (as ``<cause>_comm``
 but compute)."""
 
@@ -253,6 +257,7 @@ def _breakdown(scn: Scenario, times: KindTimes, pp: int, timing: StepTiming, chu
         "dp_comm": causes["dp"] + tail - optimizer,
         "optimizer": optimizer - offloaded,
         "offload": offloaded,
+        "activation_offload": causes["offload"],
         "bubble": max(0.0, timing.pipeline_s - timing.work_s(busiest)),
     }
     # the node times were summed in another order: give the rounding residue to compute

@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import SpecError
 from ..parallel import RECOMPUTE_MODES, ConfigArrays, recompute_modules
 from ..specs import JobSpec, ModelSpec
 from .model import attention_shape
@@ -173,6 +174,62 @@ class Activations:
         return {"keep": e * h + self.stats + (h if m.dropout else 0), "norm_out": e * h + fp8_shared,
                 "router": 2 * 4 * m.num_experts, "shared": self.mlp(shared) if shared else 0,
                 "act": q * f, "routed": q * h + e * self.gated() * f + 4}
+
+    # -- activation offload ---------------------------------------------------------------
+
+    def offloaded(self, c: ConfigArrays, moe: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(freed, copied): the bytes of one micro-batch a block without recomputation
+        stops holding on the device when Transformer Engine offloads its activations, and
+        the bytes its offload copies to the host (and back). TE 2.7 offloads only the
+        tensors its modules mark (``transformer_engine/pytorch/cpu_offload.py``
+        ``mark_activation_offload``; the checker ``tensor_need_offloading_checker_activations``):
+
+        * ``_LayerNormLinear``: the norm's input, statistics and output (attention, and the
+          dense MLP whose norm is fused into fc1);
+        * the fused attention's q, k, v, output and softmax statistics
+          (``dot_product_attention/backends.py`` ``FusedAttention``): the QKV buffer goes
+          with v, its last view, and the rotated q and k are copied instead of their views;
+        * ``_Linear``'s saved input: the attention output once more (the output projection
+          saves the same tensor, and each push is its own copy; its FP8 copy under FP8) and
+          fc2's input;
+        * Megatron's fused SwiGLU input (``megatron/core/fusions/fused_bias_swiglu.py``,
+          ``cpu_offload_input``), dense and shared experts.
+
+        Not marked, so kept: dropout masks (Megatron's bias-dropout-add), Qwen3's q/k norms
+        (``TENorm``), unfused attention's scores, a GELU's input, the MoE layer's separate
+        pre-MLP norm with its output (the router keeps it; the shared experts' fc1 input
+        is still copied) and the routed experts' tensors (``TEGroupedLinear`` and the
+        weighted SwiGLU mark nothing). Latent attention is not modelled (SpecError)."""
+        m, e, q, h, a = self.model, self.e, self.q, self.model.hidden, self.attn
+        if m.kv_lora_rank:
+            raise SpecError(f"model = {m.name}: activation offload of latent attention (MLA) is not modelled")
+        n, rep, t = self.tokens(c), self.outside(c), c.tp
+        norm = self._norm(q * h)  # input, statistics and output of a fused norm
+        qkv = e * (a.q_width + 2 * a.k_width)
+        freed_in = qkv + e * a.o_width + (a.o_width if self.job.dtype == "fp8" else 0)
+        if m.position_embedding == "rope":
+            freed_in += e * (a.q_width + a.k_width)
+        # the attention output twice, or once and the projection's FP8 copy
+        copied_in = qkv + e * a.o_width + (a.o_width if self.job.dtype == "fp8" else e * a.o_width)
+        freed_out = copied_out = norm
+        swiglu = self.gated() == 2
+        if moe:
+            shared = m.num_shared_experts * m.moe_ffn_hidden
+            if shared:
+                mlp = q * shared + (e * 2 * shared if swiglu else 0)
+                freed_in, copied_in = freed_in + mlp, copied_in + mlp
+                copied_out += h if self.job.dtype == "fp8" else e * h  # the shared fc1's input
+        else:
+            f = m.ffn_hidden
+            mlp = q * f + (e * 2 * f if swiglu else 0)
+            freed_in, copied_in = freed_in + mlp, copied_in + mlp
+            freed_out, copied_out = freed_out + norm, copied_out + norm
+        core = n * 4 * m.num_heads // t if self.job.flash_attention else 0
+        freed = n * freed_out // rep + n * freed_in // t + core
+        copied = n * copied_out // rep + n * copied_in // t + core
+        shape = (len(c),)
+        return (np.broadcast_to(np.asarray(freed, dtype=np.int64), shape),
+                np.broadcast_to(np.asarray(copied, dtype=np.int64), shape))
 
     # -- nodes --------------------------------------------------------------------------
 

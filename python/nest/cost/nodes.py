@@ -46,7 +46,8 @@ from .model import BLOCK, EMBEDDING, MOE, attention_shape, node_params
 COST_FIELDS = ("fwd_s", "bwd_s", "recompute_s", "compute_s", "core_fwd_s", "core_bwd_s",
                "cp_fwd_bytes", "cp_bwd_bytes", "cp_steps_fwd", "cp_steps_bwd", "params_dense",
                "params_expert", "act_bytes", "out_bytes", "transient_bytes", "recompute_tp_share",
-               "recompute_ep_share", "mlp_fwd_s", "mlp_bwd_s")
+               "recompute_ep_share", "mlp_fwd_s", "mlp_bwd_s", "offload_freed_bytes", "offload_copied_bytes",
+               "offload_fwd_s", "offload_bwd_s")
 """One column per configuration: what the planner reads of a node.
 
 ``fwd_s``, ``bwd_s``, ``recompute_s`` (``compute_s`` their sum): kernel seconds of one
@@ -60,11 +61,15 @@ needs while it runs; ``recompute_*_share``: the share of the node's tensor- and
 expert-parallel collectives its recomputation issues (the rest split evenly between its
 forward and backward); ``mlp_*_s``: the part of ``fwd_s`` and ``bwd_s`` a MoE layer spends
 in its experts (routed and shared: what Megatron's combined 1F1B runs between dispatch and
-combine; the rest is attention, router and permutation)."""
+combine; the rest is attention, router and permutation); ``offload_*_bytes``: what a
+layer's activation offload frees on the device and copies to the host
+(:meth:`~nest.cost.activations.Activations.offloaded`), ``offload_*_s`` the stalls of
+the configuration's offload, its layers' share (:mod:`nest.cost.activation_offload`)."""
 
-SHARE_FIELDS = ("recompute_tp_share", "recompute_ep_share", "mlp_fwd_s", "mlp_bwd_s")
+SHARE_FIELDS = ("recompute_tp_share", "recompute_ep_share", "mlp_fwd_s", "mlp_bwd_s", "offload_freed_bytes",
+                "offload_copied_bytes", "offload_fwd_s", "offload_bwd_s")
 """Cost fields a source may leave out (0: its recomputation issues no collectives, no
-expert compute apart from the rest)."""
+expert compute apart from the rest, nothing offloads)."""
 
 OP_FIELDS = ("tp_count", "tp_bytes", "ep_count", "ep_bytes")
 """``[configuration, slot]`` columns: the ``(count, bytes)`` of the node's tensor-parallel
@@ -73,7 +78,7 @@ the same) and of its expert-parallel all-to-alls (bytes each rank sends), in ord
 padded with count 0 and bytes 0 (no operation)."""
 
 INT_FIELDS = ("cp_steps_fwd", "cp_steps_bwd", "params_dense", "params_expert", "act_bytes", "out_bytes",
-              "transient_bytes")
+              "transient_bytes", "offload_freed_bytes", "offload_copied_bytes")
 """The :data:`COST_FIELDS` that are int64 columns (the others are float64)."""
 
 _INT64_SAFE = 2**62
@@ -269,6 +274,8 @@ class NodeCostModel:
         fwd = gemm + elementwise + core
         bwd = 2 * gemm + 2 * elementwise + core_bwd
         kept, transient = self.acts.kept(c, moe)
+        offloading = c.act_offload > 0
+        freed, copied = self.acts.offloaded(c, moe) if offloading.any() else (0, 0)
         full = c.recompute == RECOMPUTE_MODES.index("full")
         # each recomputed module's forward: its kernel time and the collectives it repeats
         # (a dense MLP its TP pair; a MoE layer its shared experts' and the dispatch and
@@ -307,6 +314,7 @@ class NodeCostModel:
             "transient_bytes": transient,
             "recompute_tp_share": extra_tp / (2 * tp_fwd + extra_tp), "recompute_ep_share": extra_ep / (4 + extra_ep),
             "mlp_fwd_s": experts, "mlp_bwd_s": 2 * experts,
+            "offload_freed_bytes": _where(offloading, freed, 0), "offload_copied_bytes": _where(offloading, copied, 0),
         }
 
     # -- embedding and head ------------------------------------------------------------

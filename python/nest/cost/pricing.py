@@ -134,6 +134,8 @@ class KindTimes:
     cp_forward: np.ndarray
     dp_forward: np.ndarray
     dp_recompute: np.ndarray
+    offload: np.ndarray | None = None  # the activation offload's stalls (None: none)
+    offload_forward: np.ndarray | None = None  # their forward part
 
 
 def _slots_sum(ops: np.ndarray) -> np.ndarray:
@@ -185,7 +187,10 @@ def kind_times(scn: Scenario, table: ConfigTable, cands: CandidateArrays, terms:
         contention = EP_COMM_SMS / sms if sms > EP_COMM_SMS else 0.0
         exposed = pair + alone * (ep - pair) + (1 - alone) * (ep - pair) * contention
         ep = np.where(one(overlapped) & (ep > 0), exposed, ep)
-    total = compute + tp + cp + ep
+    # the compute stream's waits for activation-offload copies (nest.cost.activation_offload)
+    offload_forward = col("offload_fwd_s")
+    offload = offload_forward + col("offload_bwd_s")
+    total = compute + tp + cp + ep + offload
     zero = one(cands.zero)
     dp = dp_forward = dp_recompute = np.zeros_like(total)
     if zero_comm and (zero >= 2).any():
@@ -203,7 +208,7 @@ def kind_times(scn: Scenario, table: ConfigTable, cands: CandidateArrays, terms:
         dp = dp + np.maximum(0.0, gather + reduce - col("bwd_s"))
         dp = np.where(zero >= 2, dp, 0.0)
         total = total + dp
-    return KindTimes(compute, tp, cp, ep, dp, total, cp_forward, dp_forward, dp_recompute)
+    return KindTimes(compute, tp, cp, ep, dp, total, cp_forward, dp_forward, dp_recompute, offload, offload_forward)
 
 
 def sync_columns(scn: Scenario, cands: CandidateArrays, terms: GroupTerms) -> dict[str, np.ndarray]:

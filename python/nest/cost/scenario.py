@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import SpecError
 from ..network.placement import placer_for
 from ..network.tiers import TokenDispatch
 from ..parallel import Candidate, CandidateArrays, ConfigArrays, LayerConfig
 from ..specs import ClusterSpec, JobSpec, ModelSpec
-from . import offload
+from . import activation_offload, offload
 from .compute import KernelModel
 from .model import BLOCK, MOE, active_parameter_count, chain_kinds, chain_names, parameter_count
 from .nodes import COST_FIELDS, OP_FIELDS, NodeCostModel
@@ -70,7 +71,13 @@ class ConfigTable:
     # [C] int64: what the last node (the output layer and loss) needs beyond ``transient``
     # while it runs; only the stage holding it pays it
     last_transient: np.ndarray | None = None
+    # [C] int64: host bytes the activation offload's copies of one micro-batch fill
+    offload_host: np.ndarray | None = None
     derived: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.offload_host is None:
+            self.offload_host = np.zeros(len(self.configs), dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.configs)
@@ -150,12 +157,29 @@ class Scenario:
             slots = max(p[name].shape[1] for p in per_kind)
             columns[name] = np.stack([np.pad(p[name].reshape(n, -1), ((0, 0), (0, slots - p[name].shape[1])))
                                       for p in per_kind], axis=1)
+        in_flight, host = self._activation_offload(columns, arrays)
         before = np.unique(self.kind_index[:-1])
         last = columns["transient_bytes"][:, self.kind_index[-1]] if n else np.zeros(0, dtype=np.int64)
         transient = (columns["transient_bytes"][:, before].max(axis=1) if n and len(before)
                      else np.zeros(n, dtype=np.int64))
+        transient = np.maximum(transient, in_flight)
         return ConfigTable(configs, arrays, columns, transient, self.placer.send_rows(columns["out_bytes"]),
-                           np.maximum(last - transient, 0))
+                           np.maximum(last - transient, 0), host)
+
+    def _activation_offload(self, columns: dict, arrays: ConfigArrays) -> tuple[np.ndarray, np.ndarray]:
+        """Activation offload priced into ``columns`` (:func:`nest.cost.activation_offload.apply`):
+        per configuration the group in flight while the last layer runs, and the host bytes."""
+        counts = np.asarray(arrays.act_offload, dtype=np.int64)
+        if not (counts > 0).any():
+            return np.zeros(len(counts), dtype=np.int64), np.zeros(len(counts), dtype=np.int64)
+        if not isinstance(self.source, AnalyticSource):
+            raise SpecError("activation_offload: measured layers do not say which tensors Transformer Engine "
+                            "offloads; it needs the analytic model")
+        if self.host_share is None:
+            raise SpecError(f"activation_offload: device {self.cluster.device.name} has no host memory to "
+                            "offload to")
+        layer_kinds = np.array([k in (BLOCK, MOE) for k in self.kind_list], dtype=bool)
+        return activation_offload.apply(columns, counts, self.kind_index, layer_kinds, self.host_share.copy_rate)
 
     def batch(self, cands: Sequence[Candidate]) -> tuple[ConfigTable, CandidateArrays]:
         """The configuration table of ``cands`` and the candidates as columns into it."""

@@ -53,6 +53,7 @@ class Columns:
     recompute: np.ndarray
     order: np.ndarray
     offload: np.ndarray  # optimizer-offload fraction
+    act_offload: np.ndarray  # transformer layers whose activations offload
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -63,7 +64,8 @@ class Columns:
         c = cands.config
         order = np.array(cands.orders, dtype=object)[cands.order] if len(cands) else np.zeros(0, dtype=object)
         return Columns(arrays.tp[c], arrays.sp[c], arrays.cp[c], arrays.ep[c], cands.dp, cands.pp, cands.vp,
-                       cands.zero, arrays.micro_batch[c], arrays.recompute[c], order, cands.offload)
+                       cands.zero, arrays.micro_batch[c], arrays.recompute[c], order, cands.offload,
+                       arrays.act_offload[c])
 
     @staticmethod
     def of_candidate(cand: Candidate) -> "Columns":

@@ -28,6 +28,11 @@ What the plan's settings become:
   --recompute-modules ...`` (``moe_act`` needs the grouped GEMM nest emits); full is
   ``--recompute-granularity full --recompute-method uniform --recompute-num-layers 1``
   (every layer keeps only its input).
+* Activation offload: ``--cpu-offloading-num-layers N`` (Megatron-LM main, where the flag
+  comes from ``TransformerConfig.cpu_offloading_num_layers`` and sets ``cpu_offloading``,
+  ``megatron/training/arguments.py``; core_v0.14.0 sets it only through TransformerConfig),
+  on one pipeline stage without recomputation (``TransformerConfig.__post_init__``, which
+  nest applies to every framework), priced by :mod:`nest.cost.activation_offload`.
 * Optimizer offload: ``--optimizer-cpu-offload --optimizer-offload-fraction F
   --overlap-cpu-optimizer-d2h-h2d`` with ``--use-precision-aware-optimizer`` (the hybrid
   device optimizer runs its code path; it needs the distributed optimizer, ZeRO-1;
@@ -171,6 +176,8 @@ class Megatron(Framework):
         if opt.state_dtype != "fp32":  # 16-bit moments as bf16 (OptimizerSpec.state_dtype)
             add("--exp-avg-dtype", opt.state_dtype)
             add("--exp-avg-sq-dtype", opt.state_dtype)
+        if p.act_offload > 0:  # main's flag (TransformerConfig.cpu_offloading_num_layers; see notes)
+            add("--cpu-offloading-num-layers", p.act_offload)
         if p.offload > 0:  # nest.cost.offload prices the pipelined copies of the overlap flag
             add("--optimizer-cpu-offload")
             add("--optimizer-offload-fraction", f"{p.offload:g}")
@@ -288,6 +295,12 @@ class Megatron(Framework):
             notes.append("export CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron-LM requires it for tensor or context "
                          "parallelism before Blackwell)")
         threads = p.job_spec.host_threads
+        if p.act_offload > 0:
+            notes.append("--cpu-offloading-num-layers is Megatron-LM main's (d98e8a6: generated from TransformerConfig, "
+                         "it sets cpu_offloading); core_v0.14.0's command line has no flag for it: set "
+                         f"TransformerConfig(cpu_offloading=True, cpu_offloading_num_layers={p.act_offload}) there "
+                         "(Megatron-Bridge: model.cpu_offloading_num_layers). With Transformer Engine >= 2.10 export "
+                         "NVTE_CPU_OFFLOAD_V1=1: nest prices TE 2.7's handler, which 2.10 keeps as its v1 path")
         if p.offload > 0:
             notes.append(f"export OMP_NUM_THREADS={threads} (the host optimizer's threads per rank, as nest priced "
                          "them; torchrun sets 1 when it starts several processes per node)")

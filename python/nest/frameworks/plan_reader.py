@@ -39,6 +39,10 @@ class PlanReader:
             raise SpecError(f"parallelism.zero = {zero!r}: must be 0, 1, 2 or 3")
         self.zero = max(zero, 1 if par.get("distributed_optimizer") else 0)
         self.offload = check_fraction(par.get("optimizer_offload_fraction", 0.0), "parallelism.optimizer_offload_fraction")
+        self.act_offload = par.get("activation_offload_layers", 0)
+        if isinstance(self.act_offload, bool) or not isinstance(self.act_offload, int) or self.act_offload < 0:
+            raise SpecError(f"parallelism.activation_offload_layers = {self.act_offload!r}: must be a whole number "
+                            "of layers")
         self.recompute = par.get("recompute", "none")
         if self.recompute not in RECOMPUTE_MODES:
             raise SpecError(f"parallelism.recompute = {self.recompute!r}: must be one of {', '.join(RECOMPUTE_MODES)}")
@@ -165,5 +169,5 @@ class PlanReader:
         """The plan's configuration, from the checked fields (``zero`` with the
         distributed optimizer folded in; ``tied_embeddings``: the model's)."""
         cfg = LayerConfig(self.tp, self.sp, self.micro_batch, self.recompute, tied_embeddings and self.pp > 1,
-                          self.cp, self.ep)
+                          self.cp, self.ep, self.act_offload)
         return Candidate(cfg, self.pp, self.dp, self.vp, self.zero, self.order, self.offload)

@@ -6,6 +6,11 @@
   reference architecture).
 * ``dgx-h100``: DGX H100 nodes (8 x H100 SXM, NVLink 4: 900 GB/s bidirectional, 450 GB/s
   per direction), 8 x NDR 400 Gb/s per node (50 GB/s per GPU), 32-node scalable units.
+* ``gb200-nvl72``: GB200 NVL72 racks (72 Blackwell GPUs in one NVLink 5 domain: 1.8 TB/s
+  bidirectional, 900 GB/s per direction per GPU, through the rack's NVLink switch trays),
+  one ConnectX-7 400 Gb/s NIC per GPU on the compute fabric (50 GB/s), 8 racks (576 GPUs)
+  per scalable unit under a non-blocking spine (DGX SuperPOD with DGX GB200 reference
+  architecture); each GPU's host is its Grace (``grace-gb200``, shared by two).
 * ``tpuv4-fattree`` and ``h100-spineleaf``: the two setups of the NEST paper
   (arXiv 2603.06798) exactly as its artifact's instances encode them (binary units:
   900/100/400 and 900/12.5/50 GiB/s; 100/200/300 us per level; devices per level
@@ -87,6 +92,11 @@ _TEMPLATES = [
         (Tier("nvlink", 8, 450 * GB, 3e-6), Tier("leaf", 32, 50 * GB, 5e-6),
          Tier("spine", 1, 50 * GB, 7e-6)),
         1024, _DGX_SOURCE),
+    ClusterTemplate(
+        "gb200-nvl72", DEVICES["gb200"],
+        (Tier("nvlink", 72, 900 * GB, 3e-6), Tier("leaf", 8, 50 * GB, 5e-6),
+         Tier("spine", 1, 50 * GB, 7e-6)),
+        576, "NVIDIA GB200 NVL72 datasheet; DGX SuperPOD with DGX GB200 reference architecture"),
     ClusterTemplate(
         "tpuv4-fattree", replace(DEVICES["tpuv4"], name="tpuv4-64gib", memory_bytes=64 * GiB),
         (Tier("board", 8, 900 * GiB, 1e-4), Tier("rack", 4, 100 * GiB, 2e-4),

@@ -58,8 +58,11 @@ def _host_memory(plan: Plan) -> list[str]:
     fullest = max(plan.memory, key=lambda d: d.host, default=None)
     if fullest is None or not fullest.host:
         return []
+    p = plan.parallelism
+    what = " and ".join(name for name, on in (("offloaded optimizer state", p.get("optimizer_offload_fraction")),
+                                               ("activation copies", p.get("activation_offload_layers"))) if on)
     return [f"host memory   {fullest.host / GiB:10.1f} GiB of {fullest.host_capacity / GiB:.1f} GiB usable per device "
-            f"(offloaded optimizer state, pipeline rank {fullest.rank})"]
+            f"({what}, pipeline rank {fullest.rank})"]
 
 
 def _plausibility(plan: Plan) -> str:
@@ -90,7 +93,9 @@ def render(plan: Plan, command: str = "plan") -> str:
         "",
         f"parallelism: TP {p['tp']}  PP {p['pp']}  DP {p['dp']}  CP {p['cp']}  EP {p['ep']}  "
         f"VP {p['vp']}  SP {'on' if p['sp'] else 'off'}  ZeRO {p['zero']}  recompute {p['recompute']}"
-        + (f"  optimizer offload {p['optimizer_offload_fraction']:g}" if p.get("optimizer_offload_fraction") else ""),
+        + (f"  optimizer offload {p['optimizer_offload_fraction']:g}" if p.get("optimizer_offload_fraction") else "")
+        + (f"  activation offload {p['activation_offload_layers']} layers" if p.get("activation_offload_layers")
+           else ""),
         f"             micro-batch {p['micro_batch']} x {p['num_microbatches']} per step, "
         f"rank order {p['rank_order']}, {plan.devices_used} of {c['devices']} devices used",
         "",

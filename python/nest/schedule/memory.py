@@ -96,7 +96,7 @@ class DeviceMemory:
     in ``weights``), its live activations (``live``: the micro-batches each of its chunks
     holds then), the largest transient buffer (a recomputing block's working set, the
     output layer's logits on the last rank) and the device's reserve; ``host``: the host
-    memory its offloaded optimizer state fills (of ``host_capacity``,
+    memory its offloaded optimizer state and activation copies fill (of ``host_capacity``,
     :mod:`nest.cost.offload`)."""
 
     rank: int
@@ -157,8 +157,8 @@ def device_memory(priced, n: int, layers_per_stage) -> list[DeviceMemory]:
         out.append(DeviceMemory(d, float(per_stage["weights"][mine].sum()), float(per_stage["gradients"][mine].sum()),
                                 float(per_stage["optimizer"][mine].sum()), float(peaks[d]),
                                 tuple(int(x) for x in at_peak[d]), transient, float(scn.reserve_bytes),
-                                float(scn.cluster.device.memory_bytes), float(per_stage["host"][mine].sum()),
-                                host_capacity))
+                                float(scn.cluster.device.memory_bytes), float(per_stage["host"][mine].sum())
+                                + float(table.offload_host[config]), host_capacity))
     return out
 
 

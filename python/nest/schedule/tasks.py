@@ -138,7 +138,7 @@ def kind_tasks(priced: Priced) -> np.ndarray:
     z_recompute = np.minimum(t.dp_recompute, np.maximum(0.0, t.dp - z_forward))
     f_comm = (t.tp + t.ep - recomputed) / 2 + np.where(split, cp_forward / 2, cp_forward) + z_forward
     r_comm = np.where(col("recompute_s") > 0, recomputed + np.where(split, cp_forward / 2, 0.0) + z_recompute, 0.0)
-    f = col("fwd_s") + f_comm
+    f = col("fwd_s") + f_comm + (0.0 if t.offload_forward is None else t.offload_forward)
     r = col("recompute_s") + r_comm
     b = t.total - f - r  # everything else belongs to the backward
     return np.stack(np.broadcast_arrays(f, r, b, f_comm, r_comm, b - col("bwd_s"),

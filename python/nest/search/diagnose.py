@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..cost.scenario import Scenario
+from ..cost.scenario import AnalyticSource, Scenario
 from ..dp import engine as engines
 from ..dp.problem import INF
 from ..dp.reference import stage_details
@@ -325,6 +325,12 @@ def _single_changes(scn: Scenario, cand: Candidate, fixed_split: bool) -> list[l
                   for r in stronger if r in model_modes])
     kinds.append([(f"micro_batch={mb}", replace(cand, cfg=replace(cfg, micro_batch=mb)), True)
                   for mb in range(cfg.micro_batch - 1, 0, -1) if cfg.micro_batch % mb == 0])
+    if cand.pp == 1 and cfg.recompute == "none" and scn.cluster.device.host is not None \
+            and not scn.model.kv_lora_rank and isinstance(scn.source, AnalyticSource):
+        layers = scn.model.num_layers  # eighths of the layers, then all but one
+        counts = sorted({n for n in [layers * k // 8 for k in range(1, 8)] + [layers - 1] if cfg.act_offload < n})
+        kinds.append([(f"activation_offload={n}", replace(cand, cfg=replace(cfg, act_offload=n)), True)
+                      for n in counts])
     if not fixed_split:
         stages = []
         pp = cand.pp * 2

@@ -127,6 +127,8 @@ def dp_rows(priced: Priced) -> dict[str, np.ndarray]:
     pos_mem_fixed += _interleaved_head(act_bytes, v, owner, device, p)
     host_params = np.ceil(sync["dense_host_bytes"][:, None] * dense + sync["expert_host_bytes"][:, None] * expert
                           ).astype(np.int64)[:, take]
+    # activation offload's host copies (one pipeline stage: its first node stands for them)
+    host_params[:, 0] += table.offload_host[cands.config]
     rows = {
         "time_ps": to_ps(priced.times.total)[:, take],
         "params": to_ps(sync_weights(scn, table, cands, sync))[:, take],

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..cost.activation_offload import offload_layer_counts
 from ..cost.offload import offload_fractions
 from ..errors import SpecError
 from ..frameworks import Columns, Framework, framework
@@ -80,6 +81,8 @@ class Admission:
         else what the device's host allows)."""
         if self.device is not None:
             limits = replace(limits, offload=offload_fractions(limits.offload, self.device, self.job))
+        if limits.act_offload is not None:
+            limits = replace(limits, act_offload=offload_layer_counts(limits.act_offload, self.model, self.device))
         return self.framework.limits(limits, self.model, self.job)
 
     def mask(self, cands: CandidateArrays, arrays: ConfigArrays) -> np.ndarray:
@@ -170,8 +173,12 @@ class PartialSpace:
         cps = list(limits.cp) if limits.cp is not None else context_parallel_degrees(job, self.devices)
         eps = list(limits.ep) if limits.ep is not None else expert_parallel_degrees(model)
         recomputes = tuple(limits.recompute or model_recompute_modes(model))
+        # the innermost axis: (recomputation, offloaded layers) pairs; only configurations
+        # without recomputation offload activations (Megatron-Core's rule)
+        offloads = tuple(limits.act_offload or (0,))
+        modes = [(r, n) for r in recomputes for n in (offloads if r == "none" else (0,))]
         batches = _allowed(divisors(job.global_batch), limits.micro_batch)
-        n_rc, n_mb = len(recomputes), len(batches)
+        n_rc, n_mb = len(modes), len(batches)
         self.stride_mbs = n_rc
         self.stride_tie = self.stride_mbs * n_mb
         self.stride_ep = self.stride_tie * 2
@@ -252,10 +259,11 @@ class PartialSpace:
         ep_i, rest = rest % len(eps), rest // len(eps)
         cp_i, rest = rest % len(cps), rest // len(cps)
         sp_i, tp_i = rest % 2, rest // 2
-        mode = np.array([RECOMPUTE_MODES.index(r) for r in recomputes], dtype=np.int64)
+        mode = np.array([RECOMPUTE_MODES.index(r) for r, _ in modes], dtype=np.int64)
+        offloaded = np.array([n for _, n in modes], dtype=np.int64)
         tp_values, mb_values = np.array(tps, dtype=np.int64), np.array(batches, dtype=np.int64)
         self.config_arrays = ConfigArrays(tp_values[tp_i], sp_i.astype(bool), mb_values[mb_i], mode[rc_i],
-                                          tie_i.astype(bool), self.cps[cp_i], self.eps[ep_i])
+                                          tie_i.astype(bool), self.cps[cp_i], self.eps[ep_i], offloaded[rc_i])
         self.configs = ConfigList(self.config_arrays)
 
     def _valid(self, tp, c, p, d, e, v):
@@ -386,6 +394,11 @@ def expand_arrays(partials: Partials, index: np.ndarray, limits: SpaceLimits = S
     source = index[owner]
     cands = CandidateArrays(partials.config[source], partials.pp[source], partials.dp[source],
                             partials.vp[source], zero, o_pos, orders, offload)
+    # Transformer Engine's layer offload runs on a single pipeline stage (the rule of
+    # Megatron-Core, whose schedule nest.cost.activation_offload models, for every framework)
+    single = (arrays.act_offload[cands.config] == 0) | (cands.pp == 1)
+    if not single.all():
+        cands, source, within = cands.take(single), source[single], within[single]
     if partials.admission is not None and partials.admission.framework.rules and len(cands):
         keep = partials.admission.mask(cands, arrays)
         if not keep.all():
