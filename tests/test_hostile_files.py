@@ -153,12 +153,13 @@ def _nest(args: list[str], **kwargs) -> subprocess.Popen:
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
-@pytest.mark.parametrize("extra", [[], ["--json"]], ids=["text", "json"])
-def test_stdout_on_a_full_disk_is_one_line_exit_2(extra):
+@pytest.mark.parametrize("command", [[*PLAN], [*PLAN, "--json"], ["--help"], ["--version"], ["plan", "--help"]],
+                         ids=["text", "json", "help", "version", "plan-help"])
+def test_stdout_on_a_full_disk_is_one_line_exit_2(command):
     """``nest plan > /dev/full``: one line, exit 2 (not a traceback at interpreter shutdown,
-    exit 120; nor a traceback from print, exit 1)."""
+    exit 120; nor a traceback from print, exit 1; nor a silent exit 0 after ``--help``)."""
     with open("/dev/full", "w") as full:
-        proc = _nest([*PLAN, *extra], stdout=full)
+        proc = _nest(command, stdout=full)
         _, stderr = proc.communicate(timeout=120)
     assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
     assert proc.returncode == 2, stderr

@@ -1,5 +1,7 @@
 """End-to-end planning: exactness against brute force, evaluate round trips, engines agree."""
 
+from dataclasses import replace
+
 import pytest
 
 import nest
@@ -165,6 +167,13 @@ def test_api_misuse_is_a_spec_error_naming_the_argument(kwargs, message):
     with pytest.raises(nest.SpecError) as info:
         nest.evaluate("llama3-8b", cluster, **args)
     assert str(info.value) == message
+
+
+@pytest.mark.parametrize("field", ["qk_norm", "bias", "tied_embeddings", "encoder_head", "dropout", "causal"])
+def test_model_switches_are_bools(field):
+    with pytest.raises(nest.SpecError) as info:
+        replace(nest.load_model("llama3-8b"), **{field: "no"})
+    assert str(info.value) == f"model.{field} = 'no': must be true or false"
 
 
 def test_api_accepts_numpy_integers_and_bools():

@@ -576,12 +576,18 @@ def main(argv: list[str] | None = None) -> int:
     stdout that cannot be written is exit 2 with one line on stderr (``nest plan >
     /dev/full``: no space left on device); a reader that leaves (``nest plan | head -1``)
     is exit 0, silently. Either way stdout is then pointed at /dev/null, so that the
-    interpreter's final flush cannot fail again."""
-    args = build_parser().parse_args(argv)
+    interpreter's final flush cannot fail again. ``--help`` and ``--version`` write
+    through the same check."""
     stdout = sys.stdout
     if stdout is not None:  # None: started with stdout closed, where print writes nothing
         sys.stdout = _Stdout(stdout)
     try:
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as done:  # --help, --version, or a usage error argparse reported
+            if stdout is not None:
+                sys.stdout.flush()
+            return done.code if isinstance(done.code, int) else EXIT_BAD_INPUT
         try:
             code = _run(args)
         except SpecError as error:

@@ -120,7 +120,7 @@ class ModelSpec:
                 self.hidden, f"must be divisible by num_heads ({self.num_heads})")
         require(self.num_heads % self.num_kv_heads == 0, "model.num_kv_heads", self.num_kv_heads,
                 f"must divide num_heads ({self.num_heads})")
-        for name in ("qk_norm",):
+        for name in ("qk_norm", "bias", "tied_embeddings", "encoder_head", "dropout", "causal"):
             require(isinstance(getattr(self, name), bool), f"model.{name}", getattr(self, name),
                     "must be true or false")
         _choice("model.mlp", self.mlp, ("gelu", "swiglu"))
