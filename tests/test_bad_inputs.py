@@ -177,7 +177,7 @@ def test_plan_message_names_memory_and_changes_that_fit():
     devices = int(re.fullmatch(r"(\d+) devices \(the cluster has 8\)", changes[0]).group(1))
     assert nest.plan("gpt3-175b", nest.load_cluster("dgx-a100", devices=devices)).devices_used <= devices
     with pytest.raises(nest.InfeasibleError):
-        nest.plan("gpt3-175b", nest.load_cluster("dgx-a100", devices=devices // 2))
+        nest.plan("gpt3-175b", nest.load_cluster("dgx-a100", devices=devices // 2 // 8 * 8))  # whole nodes
     roomy = nest.plan("gpt3-175b", _with_memory(cluster, _at_least(changes[-1])))
     assert roomy.memory_max_bytes <= roomy.memory_capacity_bytes
 

@@ -40,7 +40,7 @@ def test_python_dash_m_and_text_report():
 @pytest.mark.parametrize("args,code,message", [
     (["plan", "--model", "gpt5", "--cluster", "dgx-a100"], 2, "nest: error: model = 'gpt5': unknown preset"),
     (["plan", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--devices", "100"], 2,
-     "nest: error: devices = 100: dgx-a100 needs a multiple of 8 devices"),
+     "nest: error: devices = 100: dgx-a100 needs whole 'nvlink' groups above one: a multiple of 8 devices"),
     (["plan", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--devices", "-4"], 2,
      "nest: error: argument --devices: -4 must be >= 1"),
     (["plan", "--model", "missing.yaml", "--cluster", "dgx-a100"], 2,

@@ -109,10 +109,27 @@ def test_dgx_presets():
 
 
 @pytest.mark.parametrize("devices,message", [
-    (100, "devices = 100: dgx-a100 needs a multiple of 8 devices"),
-    (1000, "devices = 1000: dgx-a100 needs a multiple of 256 devices"),
-    (3, "devices = 3: dgx-a100 groups devices by 8 at tier 'nvlink'"),
+    (100, "devices = 100: dgx-a100 needs whole 'nvlink' groups above one: a multiple of 8 devices"),
     (0, "devices = 0: must be a positive integer")])
 def test_bad_sizes(devices, message):
     with pytest.raises(SpecError, match=message):
         CLUSTERS["dgx-a100"].sized(devices)
+
+
+@pytest.mark.parametrize("devices,tiers", [
+    (3, [("nvlink", 3)]),  # three GPUs of one node
+    (200, [("nvlink", 8), ("leaf", 25)]),  # 25 nodes on one leaf
+    (256, [("nvlink", 8), ("leaf", 32)]),
+    (280, [("nvlink", 8), ("leaf+spine", 35)]),  # a leaf of 32 nodes and one of 3
+    (1000, [("nvlink", 8), ("leaf+spine", 125)]),
+    (2048, [("nvlink", 8), ("leaf", 32), ("spine", 8)]),
+])
+def test_partly_filled_groups_are_normal(devices, tiers):
+    """Part of a node is that node; a partly filled leaf is one tier with the spine,
+    at the slower bandwidth and the higher latency of the two."""
+    cluster = CLUSTERS["dgx-h100"].sized(devices)
+    assert [(t.name, t.fanout) for t in cluster.tiers] == tiers and cluster.num_devices == devices
+    if "+" in tiers[-1][0]:
+        leaf, spine = CLUSTERS["dgx-h100"].tiers[1:]
+        assert cluster.tiers[-1].latency == max(leaf.latency, spine.latency)
+        assert cluster.tiers[-1].bandwidth == min(leaf.bandwidth, spine.bandwidth)

@@ -54,27 +54,36 @@ class ClusterTemplate:
     source: str
 
     def sized(self, devices: int | None = None) -> ClusterSpec:
-        """The cluster with exactly ``devices`` devices (SpecError if it cannot be)."""
+        """The cluster with exactly ``devices`` devices (SpecError if it cannot be).
+
+        Part of one innermost group (GPUs of one node) is that group, smaller; beyond it
+        the devices come in whole innermost groups. A partly filled outer group is normal
+        (35 DGX nodes: one leaf of 32 and one of 3): the tiers from the first one the
+        devices do not fill evenly outwards become one tier over all their groups, at
+        the slowest bandwidth, the highest latency and oversubscription among them
+        (``leaf+spine``), exact in bandwidth on the non-blocking presets and a few
+        microseconds conservative in latency for the groups that share a leaf."""
         n = self.default_devices if devices is None else devices
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise SpecError(f"devices = {n!r}: must be a positive integer")
+        inner = self.tiers[0]
+        if n > inner.fanout and n % inner.fanout:
+            raise SpecError(f"devices = {n}: {self.name} needs whole '{inner.name}' groups above one: a multiple "
+                            f"of {inner.fanout} devices")
         tiers, remaining = [], n
-        for tier in self.tiers[:-1]:
-            if remaining <= tier.fanout:
-                if tier.fanout % remaining:
-                    raise SpecError(f"devices = {n}: {self.name} groups devices by {tier.fanout} "
-                                    f"at tier '{tier.name}'; use a divisor or a multiple of it")
-                tiers.append(replace(tier, fanout=remaining))
-                remaining = 1
+        for i, tier in enumerate(self.tiers):
+            last = i == len(self.tiers) - 1
+            if remaining <= tier.fanout or last:
+                if remaining > 1 or not tiers:
+                    tiers.append(replace(tier, fanout=remaining))
                 break
-            if remaining % tier.fanout:
-                group = tier.fanout * (n // remaining)
-                raise SpecError(f"devices = {n}: {self.name} needs a multiple of {group} devices "
-                                f"(one '{tier.name}' group)")
+            if remaining % tier.fanout:  # a partly filled group from here outwards
+                outer = self.tiers[i:]
+                tiers.append(Tier("+".join(t.name for t in outer), remaining, min(t.bandwidth for t in outer),
+                                  max(t.latency for t in outer), max(t.oversubscription for t in outer)))
+                break
             tiers.append(tier)
             remaining //= tier.fanout
-        if remaining > 1:
-            tiers.append(replace(self.tiers[-1], fanout=remaining))
         return ClusterSpec(name=self.name, device=self.device, tiers=tuple(tiers), source=self.source)
 
 
