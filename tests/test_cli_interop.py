@@ -74,6 +74,9 @@ def test_nest_instance_plan_beats_its_baselines_cli(capsys):
 def test_instance_conflicting_flags(capsys):
     assert main(["plan", "--nest-instance", "x.json", "--model", "gpt3-175b"]) == 2
     assert "nest_instance: the instance brings its own model" in capsys.readouterr().err
+    assert main(["plan", "--nest-instance", "x.json", "--seq-len", "512", "--dtype", "fp8", "--host-threads", "4"]) == 2
+    assert capsys.readouterr().err == ("nest: error: nest_instance: the instance sets its cluster size and job; "
+                                       "drop --seq-len, --dtype, --host-threads\n")
     assert main(["evaluate", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--baseline", "Manual"]) == 2
     assert "baseline = 'Manual': needs --nest-instance" in capsys.readouterr().err
     assert main(["evaluate", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--tp", "8"]) == 2

@@ -318,6 +318,9 @@ def _scenario(args) -> dict:
                             "drop --model/--cluster/--profile/--framework")
         if args.network != "nominal":
             raise SpecError(f"network = {args.network}: a NEST instance brings its own network prices")
+        overridden = _instance_overrides(args)
+        if overridden:
+            raise SpecError(f"nest_instance: the instance sets its cluster size and job; drop {', '.join(overridden)}")
         setup = instance_setup(args.nest_instance)
         return {"model": setup.model, "cluster": setup.cluster, "job": setup.job,
                 "source": setup.source, "limits": setup.limits, "setup": setup}
@@ -352,6 +355,23 @@ def _scenario(args) -> dict:
                    framework=_framework(args), moe_dispatcher=args.moe_dispatcher, host_threads=args.host_threads,
                    **{name: getattr(args, name) for name in OVERLAP_SWITCHES})
     return {"model": model, "cluster": cluster, "job": job, "source": source, "limits": limits}
+
+
+_INSTANCE_SETS = ("devices", "global_batch", "seq_len", "dtype", "optimizer", "grad_dtype", "optimizer_state_dtype",
+                  "fp8_param_gather", "reserved_gib", "no_flash_attention", "overlap_grad_reduce",
+                  "overlap_param_gather", "tp_comm_overlap", "overlap_moe_expert_parallel_comm", "host_threads",
+                  "moe_dispatcher")
+"""The destinations of the flags a NEST instance's own cluster and job settle."""
+
+
+def _instance_overrides(args) -> list[str]:
+    """The flags given with ``--nest-instance`` that the instance would silently override
+    (their values differ from the command's defaults), as the user typed them."""
+    parser = build_parser()
+    defaults = vars(parser.parse_args([args.command]))
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    flags = {a.dest: a.option_strings[0] for a in commands.choices[args.command]._actions if a.option_strings}
+    return [flags[name] for name in _INSTANCE_SETS if name in flags and getattr(args, name, None) != defaults.get(name)]
 
 
 def _framework(args) -> str:
