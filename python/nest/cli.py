@@ -342,6 +342,8 @@ def _scenario(args) -> dict:
 
         source = MeasuredSource(load_profile(args.profile))
         model = load_model(args.model) if args.model else source.model(source.profile.name)
+        if args.model:
+            source.check_model(model, args.profile)
         limits = source.limits()
     elif args.model:
         model = load_model(args.model)

@@ -83,6 +83,16 @@ class MeasuredSource:
         values.update(fixed)
         return SpaceLimits(**values)
 
+    def check_model(self, model: ModelSpec, where: str) -> None:
+        """SpecError unless ``model`` (given beside the profile, for its name and
+        architecture) has the profile's layer chain: as many transformer blocks as the
+        profile measured between its first node and its last."""
+        blocks = len(self.names) - 2
+        if blocks != model.num_layers:
+            raise SpecError(f"profile = {where!r}: measures {blocks} transformer blocks ({self.names[1]} .. "
+                            f"{self.names[-2]}), model {model.name} has {model.num_layers}; pass the model the "
+                            "profile measured, or leave --model out")
+
     def model(self, name: str) -> ModelSpec:
         """A stand-in ModelSpec for validation and reporting (shapes are not used)."""
         heads = math.lcm(*self.profile.tp_degrees) * 8
