@@ -186,3 +186,23 @@ def test_api_accepts_numpy_integers_and_bools():
     assert numpy_args.step_time_s == plain.step_time_s and numpy_args.parallelism == plain.parallelism
     with pytest.raises(nest.SpecError, match="threads = 0"):
         nest.plan("llama3-8b", cluster, threads=0)
+
+
+def test_a_plans_dicts_are_read_only():
+    """A frozen Plan cannot be edited through its dicts (nested ones included); pickling
+    keeps it; its JSON document is a plain, editable copy."""
+    import pickle
+
+    plan = nest.plan("gpt-1.7b", nest.load_cluster("dgx-h100", devices=8))
+    with pytest.raises(TypeError, match="read-only"):
+        plan.parallelism["tp"] = 3
+    with pytest.raises(TypeError, match="read-only"):
+        plan.cluster["tiers"][0]["fanout"] = 1
+    with pytest.raises(TypeError, match="read-only"):
+        plan.breakdown_s.update(compute=0.0)
+    assert pickle.loads(pickle.dumps(plan)) == plan
+    doc = plan.to_dict()
+    doc["parallelism"]["tp"] = 3
+    doc["cluster"]["tiers"][0]["fanout"] = 1
+    assert plan.cluster["tiers"][0]["fanout"] == 8 and plan.to_dict()["parallelism"] == dict(plan.parallelism)
+    assert type(doc["cluster"]["tiers"]) is list

@@ -60,6 +60,41 @@ from .search.problems import split_closed_form_ps
 from .units import PS
 
 
+class FrozenDict(dict):
+    """A dict that refuses changes: a frozen :class:`Plan`'s dict fields (and the dicts
+    and lists inside them, as FrozenDicts and tuples), so a plan cannot be edited in
+    place. :func:`thawed` gives a plain, editable deep copy; JSON encodes either."""
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("a Plan's dicts are read-only; use plan.to_dict() for an editable copy")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self):  # pickle rebuilds it from a plain dict, not item by item
+        return FrozenDict, (dict(self),)
+
+    def __hash__(self):  # a frozen Plan hashes its fields
+        return hash(tuple(sorted(self.items(), key=lambda kv: kv[0])))
+
+
+def frozen(value):
+    """``value`` with every dict a :class:`FrozenDict` and every list a tuple."""
+    if isinstance(value, dict):
+        return FrozenDict({k: frozen(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(frozen(v) for v in value)
+    return value
+
+
+def thawed(value):
+    """A plain deep copy of ``value`` (dicts and lists) for the JSON document."""
+    if isinstance(value, dict):
+        return {k: thawed(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [thawed(v) for v in value]
+    return value
+
+
 @dataclass(frozen=True)
 class Stage:
     """One pipeline stage of a plan."""
@@ -109,6 +144,10 @@ class Plan:
     # model FLOPs (forward and backward, no recomputation) per second and device, in TFLOP/s
     model_tflops_per_device: float = 0.0
 
+    def __post_init__(self):
+        for name in ("parallelism", "breakdown_s", "model", "job", "cluster", "runtime"):
+            object.__setattr__(self, name, frozen(getattr(self, name)))
+
     @property
     def published_reference(self) -> PublishedRun | None:
         """The fastest published run of the plan's device family, model class and dtype
@@ -127,7 +166,7 @@ class Plan:
     def to_dict(self) -> dict:
         """The JSON document of DESIGN.md section 5."""
         return {
-            "parallelism": dict(self.parallelism),
+            "parallelism": thawed(self.parallelism),
             "stages": [s.to_dict() for s in self.stages],
             "step_time_s": self.step_time_s,
             "closed_form_step_time_s": self.closed_form_step_time_s,
@@ -141,15 +180,15 @@ class Plan:
                                         "capacity": self.memory_capacity_bytes},
             "memory": None if not self.memory else {"peak_rank": self.peak_memory.rank,
                                                     "ranks": [d.to_dict() for d in self.memory]},
-            "breakdown_s": dict(self.breakdown_s),
+            "breakdown_s": thawed(self.breakdown_s),
             "solve_time_s": self.solve_time_s,
             "candidates_evaluated": self.candidates_evaluated,
             "candidates_total": self.candidates_total,
             "engine": self.engine,
-            "runtime": dict(self.runtime),
-            "model": dict(self.model),
-            "job": dict(self.job),
-            "cluster": dict(self.cluster),
+            "runtime": thawed(self.runtime),
+            "model": thawed(self.model),
+            "job": thawed(self.job),
+            "cluster": thawed(self.cluster),
             "placement": None if self.placement is None else {
                 "device_order": "graph" if self.placement.on_graph else "index",
                 "hosts": len(self.placement.hosts), "ranks": self.placement.records()},
