@@ -146,6 +146,12 @@ def test_llama3_8b_at_16k_fits_eight_h100s_without_recomputation_only_by_offload
     fixed = dict(tp=1, pp=1, dp=8, micro_batch=1, zero=3)
     with pytest.raises(nest.InfeasibleError, match=r"or activation_offload=12 \(76\.49 GiB\)"):
         nest.evaluate("llama3-8b", cluster, job, **fixed)  # the smallest eighth of the layers that fits
+    with pytest.raises(nest.InfeasibleError, match=r"recompute=mlp with activation_offload=0 \(57\.88 GiB\); .*"
+                                                   r"or activation_offload=12"):
+        nest.evaluate("llama3-8b", cluster, job, activation_offload=4, **fixed)  # too few: suggestions drop it
+    with pytest.raises(SpecError, match="activation_offload: runs without recomputation"):
+        Scenario(nest.load_model("llama3-8b"), cluster, job).config_table(
+            [LayerConfig(1, False, 1, "selective", act_offload=4)])
     moved = nest.evaluate("llama3-8b", cluster, job, activation_offload=12, **fixed)
     recomputed = nest.evaluate("llama3-8b", cluster, job, recompute="mlp", **fixed)
     assert moved.step_time_s < recomputed.step_time_s

@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import SpecError
 from ..network.placement import placer_for
 from ..network.tiers import TokenDispatch
-from ..parallel import Candidate, CandidateArrays, ConfigArrays, LayerConfig
+from ..parallel import RECOMPUTE_MODES, Candidate, CandidateArrays, ConfigArrays, LayerConfig
 from ..specs import ClusterSpec, JobSpec, ModelSpec
 from . import activation_offload, offload
 from .compute import KernelModel
@@ -178,6 +178,9 @@ class Scenario:
         if self.host_share is None:
             raise SpecError(f"activation_offload: device {self.cluster.device.name} has no host memory to "
                             "offload to")
+        if ((counts > 0) & (arrays.recompute != RECOMPUTE_MODES.index("none"))).any():
+            raise SpecError("activation_offload: runs without recomputation (Megatron-Core "
+                            "TransformerConfig.__post_init__)")
         layer_kinds = np.array([k in (BLOCK, MOE) for k in self.kind_list], dtype=bool)
         return activation_offload.apply(columns, counts, self.kind_index, layer_kinds, self.host_share.copy_rate)
 

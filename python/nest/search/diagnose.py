@@ -321,7 +321,9 @@ def _single_changes(scn: Scenario, cand: Candidate, fixed_split: bool) -> list[l
         kinds.append([(f"zero={z}", replace(cand, zero=z), True) for z in range(cand.zero + 1, 4)])
     model_modes = model_recompute_modes(scn.model)
     stronger = RECOMPUTE_LADDER[RECOMPUTE_LADDER.index(cfg.recompute) + 1:]
-    kinds.append([(f"recompute={r}", replace(cand, cfg=replace(cfg, recompute=r)), True)
+    # recomputation and pipelining replace activation offload (Megatron-Core runs neither with it)
+    kinds.append([(f"recompute={r}" + (" with activation_offload=0" if cfg.act_offload else ""),
+                   replace(cand, cfg=replace(cfg, recompute=r, act_offload=0)), True)
                   for r in stronger if r in model_modes])
     kinds.append([(f"micro_batch={mb}", replace(cand, cfg=replace(cfg, micro_batch=mb)), True)
                   for mb in range(cfg.micro_batch - 1, 0, -1) if cfg.micro_batch % mb == 0])
@@ -340,7 +342,8 @@ def _single_changes(scn: Scenario, cand: Candidate, fixed_split: bool) -> list[l
                 break  # a graph is the network as given: more devices would be another graph
             more = f" on {devices} devices" if devices > scn.cluster.num_devices else ""
             tied = scn.model.tied_embeddings and pp > 1
-            stages.append((f"pp={pp}{more}", replace(cand, pp=pp, cfg=replace(cfg, tied_copy=tied)), False))
+            stages.append((f"pp={pp}{more}" + (" with activation_offload=0" if cfg.act_offload else ""),
+                           replace(cand, pp=pp, cfg=replace(cfg, tied_copy=tied, act_offload=0)), False))
             pp *= 2
         kinds.append(stages)
     kinds = [[option for option in kind if _runs(scn, option[1])] for kind in kinds]
