@@ -318,6 +318,9 @@ def _scenario(args) -> dict:
                             "drop --model/--cluster/--profile/--framework")
         if args.network != "nominal":
             raise SpecError(f"network = {args.network}: a NEST instance brings its own network prices")
+        if args.command == "compare":
+            raise SpecError("nest_instance: compare varies the device count, which a NEST instance fixes; "
+                            "use nest plan --nest-instance")
         overridden = _instance_overrides(args)
         if overridden:
             raise SpecError(f"nest_instance: the instance sets its cluster size and job; drop {', '.join(overridden)}")
@@ -370,10 +373,10 @@ def _instance_overrides(args) -> list[str]:
     """The flags given with ``--nest-instance`` that the instance would silently override
     (their values differ from the command's defaults), as the user typed them."""
     parser = build_parser()
-    defaults = vars(parser.parse_args([args.command]))
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    flags = {a.dest: a.option_strings[0] for a in commands.choices[args.command]._actions if a.option_strings}
-    return [flags[name] for name in _INSTANCE_SETS if name in flags and getattr(args, name, None) != defaults.get(name)]
+    actions = {a.dest: a for a in commands.choices[args.command]._actions if a.option_strings}
+    return [actions[name].option_strings[0] for name in _INSTANCE_SETS
+            if name in actions and getattr(args, name, None) != actions[name].default]
 
 
 def _framework(args) -> str:
