@@ -131,7 +131,8 @@ def apply(columns: dict[str, np.ndarray], counts: np.ndarray, kind_index: np.nda
         rows = np.flatnonzero(counts == groups)
         at = lambda name: columns[name][rows][:, chain]  # noqa: E731  [config, layer]
         freed, copied = at("offload_freed_bytes"), at("offload_copied_bytes")
-        forward, backward = stall_s(groups, at("fwd_s"), at("bwd_s"), copied / copy_rate, copied / copy_rate)
+        copy_s = copied / copy_rate  # both ways at the same rate
+        forward, backward = stall_s(groups, at("fwd_s"), at("bwd_s"), copy_s, copy_s)
         in_flight[rows] = freed[:, groups - 1]
         host[rows] = copied[:, :groups].sum(axis=1)
         moved = np.zeros((len(rows), columns["act_bytes"].shape[1]), dtype=np.int64)

@@ -99,6 +99,13 @@ class Rule:
                     lambda m, j, cand: "recompute=full")
 
     @staticmethod
+    def no_activation_offload(text: str, source: str) -> "Rule":
+        """The ``no-activation-offload`` rule of a framework without Megatron-Core's layer
+        offload (:mod:`nest.cost.activation_offload`)."""
+        return Rule("no-activation-offload", text, source, lambda m, j, c: c.act_offload == 0,
+                    lambda m, j, cand: "activation_offload=0")
+
+    @staticmethod
     def fixed_order(text: str, source: str) -> "Rule":
         """The ``rank-order`` rule of a framework whose rank placement is fixed to nest's
         default order."""

@@ -87,13 +87,11 @@ RULES = (
          f"{_V} deepspeed/runtime/engine.py DeepSpeedEngine._validate_zero3_moe_compatibility",
          lambda m, j, c: (c.zero <= 2) | (not m.is_moe),
          lambda m, j, cand: "zero=2"),
-    Rule("no-activation-offload",
-         "DeepSpeed offloads activations only as cpu_checkpointing: the checkpoints of its own activation "
-         "checkpointing API (deepspeed.checkpointing.checkpoint, a full recomputation), not the layer offload "
-         "nest prices",
-         f"{_V} deepspeed/runtime/activation_checkpointing/checkpointing.py (CPU_CHECKPOINT) and config.py",
-         lambda m, j, c: c.act_offload == 0,
-         lambda m, j, cand: "activation_offload=0"),
+    Rule.no_activation_offload(
+        "DeepSpeed offloads activations only as cpu_checkpointing: the checkpoints of its own activation "
+        "checkpointing API (deepspeed.checkpointing.checkpoint, a full recomputation), not the layer offload "
+        "nest prices",
+        f"{_V} deepspeed/runtime/activation_checkpointing/checkpointing.py (CPU_CHECKPOINT) and config.py"),
     Rule("whole-optimizer-offload",
          "offload_optimizer moves the whole optimizer state with ZeRO-1/2; a part (ratio < 1) only with ZeRO-3, "
          "split by sub-groups of sub_group_size elements (one sub-group when a rank holds fewer: all of it), "

@@ -171,12 +171,10 @@ RULES = (
         "selective activation checkpointing saves chosen operators, not nest's attention-core or module "
         "recomputation",
         f"{_V} torchtitan/distributed/activation_checkpoint.py SelectiveAC"),
-    Rule("no-activation-offload",
-         "torchtitan's trainer has no activation offload (the experimental graph_trainer's pass aside; its CPU offload, training.enable_cpu_offload, moves "
-         "parameters, gradients and optimizer state)",
-         f"{_V} torchtitan/config/configs.py (enable_cpu_offload)",
-         lambda m, j, c: c.act_offload == 0,
-         lambda m, j, cand: "activation_offload=0"),
+    Rule.no_activation_offload(
+        "torchtitan's trainer has no activation offload (the experimental graph_trainer's pass aside; its CPU "
+        "offload, training.enable_cpu_offload, moves parameters, gradients and optimizer state)",
+        f"{_V} torchtitan/config/configs.py (enable_cpu_offload)"),
     Rule("no-optimizer-offload",
          "training.enable_cpu_offload is FSDP2's CPUOffloadPolicy, which keeps the weights and gradients on the "
          "host too; torchtitan has no optimizer-only offload",
