@@ -41,7 +41,15 @@ from .schedule.step import batch_step_s
 from .schedule.tasks import BatchTasks
 from .search import diagnose
 from .search.problems import ends_of, problem
-from .search.search import SearchOutcome, check_ranking, framework_split, polish, polish_split, search
+from .search.search import (
+    EVERY_DEVICE_NONE,
+    SearchOutcome,
+    check_ranking,
+    framework_split,
+    polish,
+    polish_split,
+    search,
+)
 from .search.space import check_tp, model_recompute_modes
 from .specs import ClusterSpec, JobSpec, ModelSpec
 
@@ -65,7 +73,8 @@ def _priceable(scn: Scenario):
 
 def plan(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | None = None, *,
          engine: str = "cpp", threads: int | None = None,
-         limits: SpaceLimits = SpaceLimits(), source=None, ranking: str = "schedule") -> Plan:
+         limits: SpaceLimits = SpaceLimits(), source=None, ranking: str = "schedule",
+         explain_idle: bool = True) -> Plan:
     """The fastest plan for ``job`` on ``cluster`` that fits in memory.
 
     ``model`` and ``cluster`` are specs or preset names (a preset cluster at its default
@@ -78,19 +87,55 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | None
     closed form itself (``"closed-form"``, the DP's exact optimum). Raises
     :class:`~nest.errors.InfeasibleError` when no plan fits and
     :class:`~nest.errors.SpecError` on inconsistent inputs.
+
+    When the plan leaves devices idle, ``explain_idle`` searches the plans that use every
+    device once more and says in :attr:`~nest.result.Plan.devices_idle_reason` how much
+    slower the fastest of them is, or why there is none.
     """
     started = time.perf_counter()
     threads = checked_threads(threads)
+    explain_idle = checked_switch("explain_idle", explain_idle)
     model, cluster, job = coerce_inputs(model, cluster, job)
     scn = Scenario(model, cluster, job, source)
+    best = _searched_plan(scn, limits, engine, threads, ranking, started)
+    if explain_idle and best.devices_used < cluster.num_devices:
+        best = replace(best, devices_idle_reason=_idle_reason(scn, limits, engine, threads, ranking, best),
+                       solve_time_s=time.perf_counter() - started)
+    return best
+
+
+def _searched_plan(scn: Scenario, limits: SpaceLimits, engine: str, threads: int | None, ranking: str,
+                   started: float, every_device: bool = False) -> Plan:
+    """The search's plan (polished as :func:`plan` documents)."""
     with _priceable(scn):
-        outcome = search(scn, limits, engine, threads, ranking)
+        outcome = search(scn, limits, engine, threads, ranking, every_device)
     ends = outcome.split()
     if ranking == "schedule" and outcome.ends is None:  # a framework's own splits are not polished
         outcome, ends = _best_polished(scn, [outcome, *outcome.runners_up], engine)
     return build_plan(scn, outcome.candidate, outcome.problem, outcome.local, ends,
                       solve_time=time.perf_counter() - started, evaluated=outcome.evaluated,
                       engine=engine, candidates_total=outcome.total, threads=threads)
+
+
+def _idle_reason(scn: Scenario, limits: SpaceLimits, engine: str, threads: int | None, ranking: str,
+                 best: Plan) -> str:
+    """Why ``best`` leaves devices idle: the fastest plan that uses every device is
+    slower (by how much), or there is none (no degrees multiply to the device count, or
+    none of those fits in memory)."""
+    devices = scn.cluster.num_devices
+    try:
+        full = _searched_plan(scn, limits, engine, threads, ranking, time.perf_counter(), every_device=True)
+    except InfeasibleError as error:
+        if str(error) != EVERY_DEVICE_NONE:
+            return str(error)  # some configurations use every device; none of them fits
+        batch = "" if scn.job.uneven_batch else f", dp dividing the global batch {scn.job.global_batch}"
+        within = "" if limits == SpaceLimits() else ", within the limits"
+        return (f"{error} (tp x cp x pp x dp = {devices}{batch}, pp at most the model's {scn.num_nodes} "
+                f"pipeline nodes{within})")
+    p = full.parallelism
+    slower = full.step_time_s / best.step_time_s - 1
+    return (f"the fastest plan using all {devices} (TP {p['tp']} PP {p['pp']} DP {p['dp']} CP {p['cp']} "
+            f"EP {p['ep']} VP {p['vp']}) takes {full.step_time_s:.4g} s, {100 * slower:.1f}% slower")
 
 
 def _best_polished(scn: Scenario, finalists: list[SearchOutcome], engine: str) -> tuple[SearchOutcome, list[int]]:
@@ -184,6 +229,9 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
                        evaluated=1, engine=engine, candidates_total=1, threads=threads)
     if built.peak_memory.total > scn.cluster.device.memory_bytes:
         raise InfeasibleError(diagnose.peak_message(scn, built.peak_memory))
+    if built.devices_used < cluster.num_devices:
+        built = replace(built, devices_idle_reason=f"the configuration's tp x cp x pp x dp = {tp} x {cp} x {pp} x "
+                                                   f"{dp} = {built.devices_used}")
     return built
 
 

@@ -24,6 +24,10 @@ Besides the keys of DESIGN.md section 5, the document has
     the transformer layers (the first ones) whose activations wait on the host between
     their forward and backward, and the step time the compute stream waits for their
     copies (:mod:`nest.cost.activation_offload`); their copies count in ``host_bytes``.
+``devices_idle_reason``
+    when ``devices_used`` is below the cluster's device count, why: how much slower the
+    fastest plan that uses every device is, or why there is none (None: every device is
+    used, or :func:`nest.planner.plan` was not asked, ``explain_idle=False``).
 ``stages[].devices``
     the devices of the stage's ranks: device indices on a hierarchical cluster, device
     node ids (strings) on a graph; ``stages[].ranks`` lists the ranks themselves.
@@ -143,6 +147,8 @@ class Plan:
     memory: tuple[DeviceMemory, ...] = ()
     # model FLOPs (forward and backward, no recomputation) per second and device, in TFLOP/s
     model_tflops_per_device: float = 0.0
+    # why devices_used is below the cluster's devices (None: all used, or not asked)
+    devices_idle_reason: str | None = None
 
     def __post_init__(self):
         for name in ("parallelism", "breakdown_s", "model", "job", "cluster", "runtime"):
@@ -176,6 +182,7 @@ class Plan:
             "published_reference": None if (ref := self.published_reference) is None else {
                 "tflops_per_device": ref.tflops_per_gpu, "run": ref.run, "source": ref.source},
             "devices_used": self.devices_used,
+            "devices_idle_reason": self.devices_idle_reason,
             "memory_per_device_bytes": {"max": self.memory_max_bytes,
                                         "capacity": self.memory_capacity_bytes},
             "memory": None if not self.memory else {"peak_rank": self.peak_memory.rank,

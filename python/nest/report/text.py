@@ -97,7 +97,8 @@ def render(plan: Plan, command: str = "plan") -> str:
         + (f"  activation offload {p['activation_offload_layers']} layers" if p.get("activation_offload_layers")
            else ""),
         f"             micro-batch {p['micro_batch']} x {p['num_microbatches']} per step, "
-        f"rank order {p['rank_order']}, {plan.devices_used} of {c['devices']} devices used",
+        f"rank order {p['rank_order']}, {plan.devices_used} of {c['devices']} devices used"
+        + (f": {plan.devices_idle_reason}" if plan.devices_idle_reason else ""),
         "",
         f"step time     {plan.step_time_s:10.4f} s"
         + ("" if plan.closed_form_step_time_s is None

@@ -391,20 +391,28 @@ def check_ranking(ranking: str) -> None:
         raise SpecError(f"ranking = {ranking!r}: must be one of {', '.join(RANKINGS)}")
 
 
+EVERY_DEVICE_NONE = "no configuration uses every device"
+EVERY_DEVICE_UNFIT = "no configuration that uses every device fits in memory"
+
+
 def search(scn: Scenario, limits: SpaceLimits = SpaceLimits(), engine: str = "cpp",
-           threads: int | None = None, ranking: str = "schedule") -> SearchOutcome:
+           threads: int | None = None, ranking: str = "schedule", every_device: bool = False) -> SearchOutcome:
     """Find the best candidate; InfeasibleError if nothing fits in memory.
 
     ``ranking="closed-form"``: the candidate (and split) with the smallest closed form;
     ``"schedule"``: the candidate whose DP split has the fastest exact schedule
-    (:class:`~nest.search.floors.Ranking` says which candidates are bounded how)."""
+    (:class:`~nest.search.floors.Ranking` says which candidates are bounded how).
+    ``every_device``: only candidates that use every device; their InfeasibleError says
+    so in one clause, without the diagnosis of what would fit."""
     check_ranking(ranking)
     by = Ranking() if ranking == "schedule" else None
     offload_asked = limits.offload
-    space = PartialSpace(scn.model, scn.cluster, scn.job, scn.num_nodes, limits)
+    asked = limits
+    space = PartialSpace(scn.model, scn.cluster, scn.job, scn.num_nodes, limits, every_device)
     limits = space.limits  # what the target framework has of the user's limits
+    empty = EVERY_DEVICE_NONE if every_device else diagnose.empty_space_message(scn, asked)
     if not len(space.configs):
-        raise InfeasibleError(diagnose.empty_space_message(scn, limits))
+        raise InfeasibleError(empty)
     table = scn.config_table(space.configs, space.config_arrays)
     orders = limits.orders()
     state = None
@@ -414,7 +422,7 @@ def search(scn: Scenario, limits: SpaceLimits = SpaceLimits(), engine: str = "cp
         # whose lb1 does not exceed the best score (widened by its margin).
         found = _Pass(scn, table, space, orders, low, INF if state is None else state.widest_limit, by)
         if found.count == 0:
-            raise InfeasibleError(diagnose.empty_space_message(scn, limits))
+            raise InfeasibleError(empty)
         if state is None:
             state = _Search(scn, table, found.partials, found.numbers, limits, engine, threads, by)
             state.offload_when_needed = offload_asked is None
@@ -434,6 +442,8 @@ def search(scn: Scenario, limits: SpaceLimits = SpaceLimits(), engine: str = "cp
             break  # every partial whose lb1 could beat the best score was seen
         low = found.high
     if state.best is None:
+        if every_device:
+            raise InfeasibleError(EVERY_DEVICE_UNFIT)
         partials = enumerate_partials(scn.model, scn.cluster, scn.job, scn.num_nodes, limits)
         memory = memory_bound(scn, table, partials)
         raise InfeasibleError(diagnose.memory_message(scn, partials, memory, limits, engine, threads))

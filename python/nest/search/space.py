@@ -162,7 +162,8 @@ class PartialSpace:
     """
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, num_nodes: int,
-                 limits: SpaceLimits = SpaceLimits()):
+                 limits: SpaceLimits = SpaceLimits(), every_device: bool = False):
+        self.every_device = every_device  # only partials with tp x cp x pp x dp = the device count
         self.admission = Admission.of(model, job, cluster.device)
         self.limits = limits = self.admission.limits(limits)
         self.num_nodes, self.devices = num_nodes, cluster.num_devices
@@ -271,6 +272,8 @@ class PartialSpace:
         cp, pp, dp, ep, vp = self.cps[c], self.pps[p], self.dps[d], self.eps[e], self.vps[v]
         ok = (pp <= self.num_nodes) & (tp * cp * pp <= self.devices)
         ok &= dp <= self.devices // (tp * cp * pp)
+        if self.every_device:
+            ok &= tp * cp * pp * dp == self.devices
         ok &= self.counts[d] > 0
         ok &= (tp * cp * dp) % ep == 0
         ok &= (vp == 1) | ((pp > 1) & (pp * vp <= self.num_nodes))
