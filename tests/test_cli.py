@@ -251,3 +251,47 @@ def test_limit_flags_stay_within_a_profiles_measured_degrees(capsys):
     assert capsys.readouterr().err.strip() == "nest: error: tp = 16: none of the values the inputs allow (1,2)"
     assert main([*base, "--tp", "2,16", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["parallelism"]["tp"] == 2
+
+
+def _cli_changes(stderr: str) -> list[str]:
+    return stderr.strip().split("smallest changes that fit: ", 1)[1].split("; or ")
+
+
+def _with_flags(argv: list[str], flags: list[str]) -> list[str]:
+    """``argv`` with each ``--flag value`` of ``flags`` set (replaced or added)."""
+    argv = list(argv)
+    for flag, value in zip(flags[::2], flags[1::2]):
+        if flag in argv:
+            argv[argv.index(flag) + 1] = value
+        else:
+            argv += [flag, value]
+    return argv
+
+
+def test_infeasible_suggestions_are_command_lines_that_fit(capsys):
+    """The CLI names every suggested setting by its flag; each suggestion applied to the
+    command line (its flags set, 'with' joining them) gives exit 0, in JSON as in text."""
+    argv = ["evaluate", "--model", "gpt-7.5b", "--cluster", "dgx-a100", "--devices", "64", "--global-batch", "512",
+            "--seq-len", "2048", "--tp", "1", "--pp", "1", "--dp", "64", "--mbs", "8"]
+    assert main(argv) == 3
+    changes = _cli_changes(capsys.readouterr().err)
+    assert changes[:2] == ["--zero 3 with --recompute full (14.02 GiB)", "--pp 4 with --devices 256 (57.03 GiB)"]
+    for change in changes[:-1]:
+        flags = change.rsplit(" (", 1)[0].replace(" with ", " ").split()
+        assert main(_with_flags(argv, flags) + ["--json"]) == 0, change
+        assert json.loads(capsys.readouterr().out)["memory_per_device_bytes"]["max"] <= 80 * 2**30
+    assert changes[-1].startswith("devices with at least ")
+    assert main(argv + ["--json"]) == 3
+    assert "--zero 3 with --recompute full" in json.loads(capsys.readouterr().out)["error"]["message"]
+
+
+def test_infeasible_plan_names_limit_flags_to_lift(capsys):
+    argv = ["plan", "--model", "gpt-7.5b", "--cluster", "dgx-a100", "--devices", "8", "--global-batch", "8",
+            "--seq-len", "32768", "--tp", "1", "--cp", "1", "--recompute", "none", "--optimizer-offload", "0", "--no-sp"]
+    assert main(argv) == 3
+    err = capsys.readouterr().err
+    assert "(most frugal configuration: --tp 1 --cp " in err
+    changes = _cli_changes(err)
+    assert "allow any recomputation (limited to --recompute none)" in changes
+    assert "--devices 16 (the cluster has 8)" in changes
+    assert main(_with_flags(argv, ["--devices", "16"])) == 0

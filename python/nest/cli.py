@@ -12,6 +12,7 @@ import contextlib
 import importlib.metadata
 import json
 import os
+import re
 import sys
 from dataclasses import replace
 
@@ -558,14 +559,41 @@ def _compare(args, scenario, limits) -> int:
     return EXIT_OK
 
 
+_FLAG_OF = {field: flag for flag, field, _, _ in LIMIT_FLAGS} | {
+    "micro_batch": "--mbs", "optimizer_offload": "--optimizer-offload", "activation_offload": "--activation-offload"}
+"""The command-line flag of each setting an infeasible message names as ``name=value``
+(:func:`nest.plan` and :func:`nest.evaluate` arguments and :class:`~nest.parallel.SpaceLimits`
+fields)."""
+
+_SETTING = re.compile(r"(?<![\w.-])(" + "|".join(sorted(_FLAG_OF, key=len, reverse=True)) + r"|sp)="
+                      r"(\w+(?:\.\w+)?(?:,\w+(?:\.\w+)?)*)")
+
+
+def _flag_words(message: str) -> str:
+    """An infeasible message as a command-line user acts on it: each ``name=value`` setting
+    as its flag (``micro_batch=2`` is ``--mbs 2``, ``sp=False`` is ``--no-sp``) and a device
+    count as ``--devices N``."""
+    def flag(match: re.Match) -> str:
+        name, value = match.groups()
+        if name == "sp":
+            return {"True": "--sp", "False": "--no-sp"}.get(value, f"--sp {value}")
+        return f"{_FLAG_OF[name]} {value}"
+
+    message = _SETTING.sub(flag, message)
+    message = re.sub(r"\b(\d+) devices \(the cluster has", r"--devices \1 (the cluster has", message)
+    return re.sub(r" on (\d+) devices\b", r" with --devices \1", message)
+
+
 def _fail(args, kind: str, error: Exception, code: int) -> int:
     """Report a bad input (``kind`` "error") or an infeasible job on stderr, one line; with
     ``--json`` also as the JSON document on stdout, ``{"error": {"kind", "exit_code",
-    "message"}}``, so that a caller reading stdout never parses an empty document."""
-    print(f"nest: {kind}: {error}", file=sys.stderr)
+    "message"}}``, so that a caller reading stdout never parses an empty document. An
+    infeasible job's suggestions name command-line flags (:func:`_flag_words`)."""
+    message = _flag_words(str(error)) if kind == "infeasible" else str(error)
+    print(f"nest: {kind}: {message}", file=sys.stderr)
     if getattr(args, "json", False):
         print(json.dumps({"error": {"kind": "bad_input" if kind == "error" else "infeasible",
-                                    "exit_code": code, "message": str(error)}}, indent=2))
+                                    "exit_code": code, "message": message}}, indent=2))
     return code
 
 

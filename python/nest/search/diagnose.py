@@ -212,7 +212,7 @@ def _limit_changes(scn: Scenario, limits: SpaceLimits, engine: str, threads: int
     for field, label in _LIFTABLE:
         if getattr(limits, field) is not None and _frugal_fit(scn, replace(limits, **{field: None}),
                                                               engine, threads)[0]:
-            changes.append(f"allow any {label} (limited to {', '.join(map(str, getattr(limits, field)))})")
+            changes.append(f"allow any {label} (limited to {field}={','.join(map(str, getattr(limits, field)))})")
     return changes
 
 
