@@ -5,8 +5,10 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -207,6 +209,39 @@ def test_bad_output_paths_and_options():
         run_sweep(SMALL, "r.jsonl", quiet=True, scheduler="tcp://x:1", dask_local=2)
     with pytest.raises(nest.SpecError, match="^workers = "):
         run_sweep(SMALL, "r.jsonl", quiet=True, workers=0)
+
+
+@pytest.mark.parametrize("address, message", [
+    ("garbage", "scheduler = 'garbage': expected [PROTOCOL://]HOST:PORT such as tcp://scheduler:8786"),
+    ("tcp://:8786", "scheduler = 'tcp://:8786': expected [PROTOCOL://]HOST:PORT"),
+    ("tcp://host:99999", "scheduler = 'tcp://host:99999': the port must be an integer 1-65535"),
+    ("tcp://host:port", "scheduler = 'tcp://host:port': the port must be an integer 1-65535"),
+    ("http://host:8786", "scheduler = 'http://host:8786': protocol 'http' is not one of tcp, tls, ws, wss, ucx"),
+    ("tcp://127.0.0.1:1", "scheduler = 'tcp://127.0.0.1:1': cannot connect to 127.0.0.1 port 1: Connection refused"),
+])
+def test_a_bad_scheduler_address_is_refused_before_anything_is_written(tmp_path, address, message):
+    out = tmp_path / "r.jsonl"
+    with pytest.raises(nest.SpecError) as error:
+        run_sweep(SMALL, out, quiet=True, scheduler=address)
+    assert str(error.value).startswith(message)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_server_that_is_not_a_dask_scheduler_is_named(tmp_path):
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def answer_garbage():
+        for _ in range(2):  # the address probe, then Dask's handshake
+            conn, _ = server.accept()
+            with conn:
+                conn.sendall(b"\xff" * 64)
+                conn.recv(1)
+
+    threading.Thread(target=answer_garbage, daemon=True).start()
+    with pytest.raises(nest.SpecError, match=rf"^scheduler = 'tcp://127.0.0.1:{port}': no Dask scheduler answers "):
+        run_sweep(SMALL, tmp_path / "r.jsonl", quiet=True, scheduler=f"tcp://127.0.0.1:{port}")
+    server.close()
 
 
 def test_a_killed_sweep_resumes_with_every_scenario_exactly_once(tmp_path):

@@ -124,7 +124,7 @@ from .journal import (
 )
 from .sweep_keys import identity, scenario_id, spec_digest, superseded_rows
 from .sweep_plot import sweep_plot
-from .sweep_pool import cpu_count, iter_dask, iter_local
+from .sweep_pool import check_scheduler, cpu_count, iter_dask, iter_local
 
 _GRID_KEYS = {"models", "clusters", "bandwidth_multipliers", "oversubscription", "memory_GiB",
               "jobs", "limits", "price_per_device_hour", "plot", "name"}
@@ -456,7 +456,8 @@ def run_scenario(scenario: Scenario | tuple, threads: int = 1) -> dict:
         job, source = _source(model, cluster, job)
         row["global_batch"], row["seq_len"] = job.global_batch, job.seq_len
         limits = SpaceLimits(**{k: tuple(v) for k, v in params.get("limits", {}).items()})
-        result = plan(model, cluster, job, threads=threads, source=source, limits=limits).to_dict()
+        result = plan(model, cluster, job, threads=threads, source=source, limits=limits,
+                      explain_idle=False).to_dict()  # rows do not carry the reason
     except InfeasibleError as error:
         row.update(status="infeasible", reason=str(error))
     except SpecError as error:
@@ -558,6 +559,8 @@ def run_sweep(grid_path, out_path, *, scheduler: str | None = None, dask_local: 
             raise SpecError(f"out = {str(out_path)!r}: Parquet needs pyarrow (pip install pyarrow)") from None
     if scheduler is not None and dask_local is not None:
         raise SpecError("dask_local: give either a scheduler address or a local Dask cluster size, not both")
+    if scheduler is not None:
+        scheduler = check_scheduler(scheduler)
     if dask_local is not None and (not isinstance(dask_local, int) or dask_local < 1):
         raise SpecError(f"dask_local = {short_repr(dask_local)}: must be a positive integer")
     if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):

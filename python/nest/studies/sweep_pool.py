@@ -15,8 +15,10 @@ from __future__ import annotations
 import math
 import os
 import signal
+import socket
 import threading
 import time
+from urllib.parse import urlsplit
 
 from ..errors import SpecError
 
@@ -111,6 +113,46 @@ def iter_local(run_batch, batches, workers):
             pool.shutdown(wait=True, cancel_futures=True)
 
 
+SCHEDULER_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
+"""Dask communication protocols a scheduler address may name (``distributed.comm``)."""
+
+PROBE_TIMEOUT_S = 5.0
+"""How long the TCP probe of a scheduler waits for its port to accept."""
+
+
+def check_scheduler(address, probe: bool = True) -> str:
+    """``address`` of a Dask scheduler, validated: ``[PROTOCOL://]HOST:PORT`` with a
+    protocol of :data:`SCHEDULER_SCHEMES` (default ``tcp``) and a port 1-65535; with
+    ``probe``, a TCP (or TLS, WebSocket) address must also accept a connection within
+    :data:`PROBE_TIMEOUT_S`, so an unknown host or a closed port is an error at once, not
+    after Dask's 30 s of retries. SpecError naming the address otherwise."""
+    shape = "expected [PROTOCOL://]HOST:PORT such as tcp://scheduler:8786"
+    if not isinstance(address, str) or not address.strip():
+        raise SpecError(f"scheduler = {address!r}: {shape}")
+    text = address.strip()
+    scheme = text.split("://", 1)[0].lower() if "://" in text else "tcp"
+    if scheme not in SCHEDULER_SCHEMES:
+        raise SpecError(f"scheduler = {address!r}: protocol {scheme!r} is not one of {', '.join(SCHEDULER_SCHEMES)}")
+    parts = urlsplit(text if "://" in text else f"tcp://{text}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise SpecError(f"scheduler = {address!r}: the port must be an integer 1-65535") from None
+    if not parts.hostname or port is None or parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise SpecError(f"scheduler = {address!r}: {shape}")
+    if not 1 <= port <= 65535:
+        raise SpecError(f"scheduler = {address!r}: the port must be an integer 1-65535")
+    if probe and scheme != "ucx":  # UCX addresses need not be reachable over TCP
+        try:
+            socket.create_connection((parts.hostname, port), timeout=PROBE_TIMEOUT_S).close()
+        except OSError as error:
+            reason = error.strerror or (f"no answer within {PROBE_TIMEOUT_S:g} s" if isinstance(error, TimeoutError)
+                                        else str(error))
+            raise SpecError(f"scheduler = {address!r}: cannot connect to {parts.hostname} port {port}: "
+                            f"{reason}") from None
+    return text
+
+
 def iter_dask(run_batch, batches, scheduler=None, dask_local=None):
     """Rows of each batch, computed on a Dask cluster (``scheduler``: an address;
     ``dask_local``: a local cluster of that many single-threaded worker processes)."""
@@ -125,7 +167,12 @@ def iter_dask(run_batch, batches, scheduler=None, dask_local=None):
                                dashboard_address=None)
         client = Client(cluster)
     else:
-        client = Client(scheduler)
+        try:
+            client = Client(scheduler)
+        except Exception as error:  # noqa: BLE001 -- a timeout, or another protocol's bytes read as Dask's frames
+            detail = ("its reply is not Dask's protocol" if isinstance(error, MemoryError)
+                      else f"{type(error).__name__}: {str(error)[:200]}")
+            raise SpecError(f"scheduler = {scheduler!r}: no Dask scheduler answers there ({detail})") from None
     try:
         futures = [client.submit(run_batch, batch, pure=False) for batch in batches]
         for future in as_completed(futures):
