@@ -295,3 +295,17 @@ def test_infeasible_plan_names_limit_flags_to_lift(capsys):
     assert "allow any recomputation (limited to --recompute none)" in changes
     assert "--devices 16 (the cluster has 8)" in changes
     assert main(_with_flags(argv, ["--devices", "16"])) == 0
+
+
+def test_out_of_memory_is_one_error_line_with_exit_2(monkeypatch, capsys):
+    import nest.cli
+
+    def exhausted(args):
+        raise MemoryError
+
+    monkeypatch.setattr(nest.cli, "_run", exhausted)
+    assert main(["plan", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--devices", "8", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == ("nest: error: plan: out of memory: these inputs need more memory than this process may "
+                            "allocate (fewer devices, a smaller graph or job, or a machine with more memory)\n")
+    assert json.loads(captured.out)["error"]["kind"] == "bad_input"

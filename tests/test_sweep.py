@@ -392,3 +392,28 @@ def test_a_job_without_a_batch_is_an_invalid_row_not_a_batch_of_one(tmp_path):
     row = run_scenario(scenario)
     assert row["status"] == "invalid"
     assert row["reason"].startswith("job.global_batch: model no-batch has no default global batch; pass one")
+
+
+def _die_once(batch):
+    """A sweep batch whose first attempt kills its worker (SIGKILL, as the out-of-memory
+    killer does); ``batch`` is ``(marker path or None, rows)``."""
+    marker, rows = batch
+    if marker is not None and not os.path.exists(marker):
+        Path(marker).touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return rows
+
+
+def test_a_dead_worker_is_replaced_and_every_batch_runs_exactly_once(tmp_path):
+    from nest.studies.sweep_pool import iter_local
+    batches = [(None, [1]), (str(tmp_path / "once"), [2]), (None, [3]), (None, [4])]
+    rows = [row for batch_rows in iter_local(_die_once, batches, 2) for row in batch_rows]
+    assert sorted(rows) == [1, 2, 3, 4]
+
+
+def test_a_worker_that_keeps_dying_is_one_error_line(tmp_path, monkeypatch):
+    from nest.studies import sweep_pool
+    monkeypatch.setattr(sweep_pool, "MAX_RESTARTS", 0)
+    with pytest.raises(sweep_pool.WorkerDied, match="^a worker was killed by SIGKILL, often the out-of-memory "
+                                                    "killer 1 times$"):
+        list(sweep_pool.iter_local(_die_once, [(str(tmp_path / "once"), [1])], 1))

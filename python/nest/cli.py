@@ -647,6 +647,10 @@ def main(argv: list[str] | None = None) -> int:
             code = _fail(args, "error", error, EXIT_BAD_INPUT)
         except InfeasibleError as error:
             code = _fail(args, "infeasible", error, EXIT_INFEASIBLE)
+        except MemoryError:  # the inputs' tables or graph outgrew what this process may allocate
+            code = _fail(args, "error", SpecError(f"{args.command}: out of memory: these inputs need more memory than "
+                                                  "this process may allocate (fewer devices, a smaller graph "
+                                                  "or job, or a machine with more memory)"), EXIT_BAD_INPUT)
         except KeyboardInterrupt as error:  # Ctrl-C: one line and 128 + SIGINT, never a traceback
             print(f"nest: {error}" if str(error) else "nest: interrupted", file=sys.stderr)
             code = 130

@@ -124,7 +124,7 @@ from .journal import (
 )
 from .sweep_keys import identity, scenario_id, spec_digest, superseded_rows
 from .sweep_plot import sweep_plot
-from .sweep_pool import check_scheduler, cpu_count, iter_dask, iter_local
+from .sweep_pool import WorkerDied, check_scheduler, cpu_count, iter_dask, iter_local
 
 _GRID_KEYS = {"models", "clusters", "bandwidth_multipliers", "oversubscription", "memory_GiB",
               "jobs", "limits", "price_per_device_hour", "plot", "name"}
@@ -590,6 +590,10 @@ def run_sweep(grid_path, out_path, *, scheduler: str | None = None, dask_local: 
                 stats = _sweep_locked(scenarios, out, journal, rows, state, note, scheduler=scheduler,
                                       dask_local=dask_local, workers=workers, batch_size=batch_size,
                                       table_every_s=table_every_s, stream=stream, quiet=quiet)
+        except WorkerDied as died:
+            saved = sum(s.id in rows for s in scenarios)
+            raise SpecError(f"workers = {workers}: {died}; {saved} of {len(scenarios)} scenarios saved (rerun "
+                            "the same sweep to resume, with fewer --workers if memory ran out)") from None
         except OSError as error:  # a full disk, a read-only directory, ...
             saved = sum(s.id in rows for s in scenarios)
             raise SpecError(f"out = {str(out_path)!r}: cannot write {error.filename or journal}: "

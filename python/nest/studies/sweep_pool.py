@@ -86,31 +86,80 @@ def _kill_workers(pool) -> None:
             pass
 
 
+MAX_RESTARTS = 2
+"""How often a sweep replaces a pool whose worker died before it gives up."""
+
+
+class WorkerDied(RuntimeError):
+    """A local worker died (killed, out of memory, crashed) more than
+    :data:`MAX_RESTARTS` times; ``str()`` names how (its exit code or signal)."""
+
+
+def _death(codes: list[int | None]) -> str:
+    """How the workers of a broken pool ended, from their exit codes."""
+    # the pool terminates the survivors (SIGTERM) once one died: look past them
+    dead = sorted((c for c in codes if c not in (None, 0)), key=lambda c: c == -signal.SIGTERM)
+    if not dead:
+        return "a worker ended abruptly"
+    code = dead[0]
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+        why = ", often the out-of-memory killer" if -code == signal.SIGKILL else ""
+        return f"a worker was killed by {name}{why}"
+    return f"a worker exited with code {code}"
+
+
+def _exit_codes(pool) -> list[int | None]:
+    """The exit codes of a broken pool's workers (its survivors are being terminated).
+    A killed process closes its sentinel pipe a moment before it can be reaped: wait."""
+    codes = []
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        try:
+            process.join(timeout=2.0)
+            codes.append(process.exitcode)
+        except (OSError, ValueError, AssertionError):
+            codes.append(None)
+    return codes
+
+
 def iter_local(run_batch, batches, workers):
-    """Rows of each batch (``run_batch(batch)``) as the workers finish them."""
+    """Rows of each batch (``run_batch(batch)``) as the workers finish them. A worker that
+    dies (a kill, the out-of-memory killer) breaks its pool: the batches not finished run
+    again on a new pool, at most :data:`MAX_RESTARTS` times, then :class:`WorkerDied`."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
 
     context = multiprocessing.get_context("spawn")
-    pool, futures, finished = None, [], False
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        try:  # workers (and the pool's thread) start with SIGINT blocked; a Ctrl-C now waits below
-            pool = ProcessPoolExecutor(max_workers=workers, mp_context=context,
-                                       initializer=init_worker, initargs=(os.getpid(),))
-            futures = [pool.submit(run_batch, batch) for batch in batches]
+    todo = dict(enumerate(batches))
+    for restart in range(MAX_RESTARTS + 1):
+        pool, futures, finished = None, {}, False
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            try:  # workers (and the pool's thread) start with SIGINT blocked; a Ctrl-C now waits below
+                pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context,
+                                           initializer=init_worker, initargs=(os.getpid(),))
+                futures = {pool.submit(run_batch, batch): key for key, batch in todo.items()}
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            try:
+                for future in as_completed(futures):
+                    rows = future.result()
+                    del todo[futures[future]]
+                    yield rows
+                finished = True
+                return
+            except BrokenProcessPool:
+                death = _death(_exit_codes(pool))
+                if restart == MAX_RESTARTS:
+                    raise WorkerDied(f"{death} {MAX_RESTARTS + 1} times") from None
         finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        for future in as_completed(futures):
-            yield future.result()
-        finished = True
-    finally:
-        if pool is not None:
-            if not finished:  # interrupted or failed: stop now, not after the running batches
-                for future in futures:
-                    future.cancel()
-                _kill_workers(pool)
-            pool.shutdown(wait=True, cancel_futures=True)
+            if pool is not None:
+                if not finished:  # interrupted or failed: stop now, not after the running batches
+                    for future in futures:
+                        future.cancel()
+                    _kill_workers(pool)
+                pool.shutdown(wait=True, cancel_futures=True)
 
 
 SCHEDULER_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
