@@ -1,4 +1,4 @@
-"""The two user-facing error types (DESIGN.md section 6), and the framework-rule kind of bad input."""
+"""The two user-facing error types (exit codes 2 and 3 of the command line), and the framework-rule kind of bad input."""
 
 from __future__ import annotations
 

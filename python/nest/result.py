@@ -1,6 +1,7 @@
 """The plan nest returns: a frozen object whose ``to_dict()`` is the documented JSON.
 
-Besides the keys of DESIGN.md section 5, the document has
+Every key is documented in docs/json.md and validated by the JSON Schema
+nest/report/plan.schema.json (package data); among them
 
 ``closed_form_step_time_s``
     the DP's objective for the plan's split (the closed form of :mod:`nest.schedule.pipeline`,
@@ -170,7 +171,7 @@ class Plan:
         return max(self.memory, key=lambda d: d.total) if self.memory else None
 
     def to_dict(self) -> dict:
-        """The JSON document of DESIGN.md section 5."""
+        """The JSON document (docs/json.md; schema: nest/report/plan.schema.json), plain and editable."""
         return {
             "parallelism": thawed(self.parallelism),
             "stages": [s.to_dict() for s in self.stages],
