@@ -309,6 +309,7 @@ def _set(doc: dict, path: list, value) -> dict:
     (["stages", 0, "devices", 0], [0]),
     (["stages"], KeyError),  # required
     (["breakdown_s", "bubble"], KeyError),
+    (["breakdown_s", "activation_offload"], -1e-15),  # rounding residue is zeroed
     (["memory", "ranks", 0, "total_bytes"], "40 GB"),
     (["engine"], "rust"),
     (["job", "overlap_grad_reduce"], False),  # present only when on

@@ -307,6 +307,8 @@ def _breakdown(scn: Scenario, times: KindTimes, pp: int, timing: StepTiming, chu
         "activation_offload": causes["offload"],
         "bubble": max(0.0, timing.pipeline_s - timing.work_s(busiest)),
     }
+    # differences of equal sums leave rounding residue (-1e-15 s): zero, never a negative time
+    breakdown = {k: 0.0 if abs(v) <= 1e-12 * timing.step_s else v for k, v in breakdown.items()}
     # the node times were summed in another order: give the rounding residue to compute
     breakdown["compute"] += timing.step_s - sum(breakdown.values())
     return breakdown
