@@ -24,6 +24,7 @@ really fits.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -100,7 +101,11 @@ def test_bad_input(case, outcomes):
     assert lines[0].startswith("nest: error: "), lines[0]
     missing = [s for s in case["expect"] if s not in lines[0]]
     assert not missing, f"{missing} not in {lines[0]!r}"
-    assert got.stdout == ""
+    if "--json" in command(case, ""):  # the error document, and nothing else
+        assert json.loads(got.stdout) == {"error": {"kind": "bad_input", "exit_code": 2,
+                                                    "message": lines[0].removeprefix("nest: error: ")}}
+    else:
+        assert got.stdout == ""
 
 
 def test_index_lists_every_corpus_file():

@@ -216,6 +216,8 @@ def test_bad_limit_flags_are_one_line_errors(capsys, flags, message):
     (["plan", "--model", "nope", "--cluster", "dgx-h100"], 2, "bad_input"),
     (["evaluate", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--devices", "16", "--tp", "8", "--pp", "1",
       "--dp", "2", "--mbs", "1"], 3, "infeasible"),
+    (["plan", "--model", "gpt3-175b", "--devices", "-4"], 2, "bad_input"),  # argparse's own refusal
+    (["plan", "--model", "gpt3-175b", "--tp"], 2, "bad_input"),
 ])
 def test_json_failures_print_a_json_error_document(capsys, args, code, kind):
     assert main([*args, "--json"]) == code

@@ -72,6 +72,7 @@ ERRORS = {  # command lines that fail with exit 2 or 3 and print an error docume
     "bad-input": (["plan", "--model", "gpt5", "--cluster", "dgx-a100"], 2),
     "bad-evaluate": (["evaluate", *GPT, "--tp", "1", "--pp", "1", "--dp", "3", "--mbs", "1"], 2),
     "infeasible": (["plan", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--devices", "8"], 3),
+    "usage-error": (["plan", "--model", "gpt-1.7b", "--devices", "-4"], 2),  # refused by argparse itself
 }
 # feasible rows and an infeasible one (topology-blind at 16), every strategy's info
 COMPARE = ["compare", "--model", "gpt-18b", "--cluster", "dgx-a100", "--devices", "8,16", "--budget", "5"]

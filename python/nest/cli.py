@@ -33,7 +33,11 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message):  # noqa: D401 - argparse API
-        self.exit(EXIT_BAD_INPUT, f"nest: error: {message}\n")
+        raise _UsageError(message)
+
+
+class _UsageError(Exception):
+    """A command line argparse refused (its message), reported by :func:`main`."""
 
 
 def _positive_int(text: str) -> int:
@@ -383,6 +387,9 @@ def _instance_overrides(args) -> list[str]:
 def _framework(args) -> str:
     """The job's framework: ``--framework``, else the one ``--emit`` launches, else any."""
     emitted = args.emit if args.emit in FRAMEWORKS else None
+    if args.emit and getattr(args, "json", False):
+        raise SpecError(f"emit = {args.emit}: prints the launch configuration, --json the plan's document; "
+                        "give one of them")
     if args.framework and emitted and args.framework != emitted:
         raise SpecError(f"framework = {args.framework}: conflicts with --emit {emitted} (a plan is launched in the "
                         "framework it was made for)")
@@ -637,7 +644,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             args = build_parser().parse_args(argv)
-        except SystemExit as done:  # --help, --version, or a usage error argparse reported
+        except _UsageError as error:  # as any bad input: one line, and the JSON document when asked
+            words = sys.argv[1:] if argv is None else argv
+            return _fail(argparse.Namespace(json="--json" in words), "error", error, EXIT_BAD_INPUT)
+        except SystemExit as done:  # --help or --version
             if stdout is not None:
                 sys.stdout.flush()
             return done.code if isinstance(done.code, int) else EXIT_BAD_INPUT
