@@ -206,3 +206,16 @@ def test_a_plans_dicts_are_read_only():
     doc["cluster"]["tiers"][0]["fanout"] = 1
     assert plan.cluster["tiers"][0]["fanout"] == 8 and plan.to_dict()["parallelism"] == dict(plan.parallelism)
     assert type(doc["cluster"]["tiers"]) is list
+
+
+def test_stage_params_are_the_parameters_each_rank_holds():
+    """Untied llama3-8b over 4 stages: the stages' parameters add up to the model's; with
+    TP 2 every rank holds half of each stage's (norm weights aside, which TP replicates)."""
+    job = JobSpec(global_batch=64, seq_len=1024)
+    whole = nest.evaluate("llama3-8b", CLUSTERS["dgx-h100"].sized(8), job, tp=1, pp=4, dp=2, micro_batch=1)
+    assert sum(s.params for s in whole.stages) == whole.model["parameters"]
+    split = [len(s.layers) for s in whole.stages]
+    halves = nest.evaluate("llama3-8b", CLUSTERS["dgx-h100"].sized(8), job, tp=2, pp=4, dp=1, micro_batch=1,
+                           sp=True, layers_per_stage=split)
+    for half, full in zip(halves.stages, whole.stages):
+        assert full.params / 2 <= half.params < full.params / 2 * 1.001

@@ -226,10 +226,13 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
     # loop per element (one takes seconds at millions of ranks)
     stage_ranks = [tuple(np.flatnonzero(stage_of == d).tolist()) for d in range(pp)]
     devices_of = [tuple(map(where.device.__getitem__, ranks)) for ranks in stage_ranks]
+    # parameters one rank of the stage holds (its TP / EP share; ZeRO shards only their state)
+    held = np.concatenate(([0], np.cumsum((tasks.priced.col("params_dense") + tasks.priced.col("params_expert"))
+                                          [0, scn.kind_index])))
     stages = tuple(
         Stage(index=k, layers=tuple(names[d["start"]:d["end"]]), devices=devices_of[k % pp],
-              time_s=d["time_ps"] / PS, memory_bytes=memory[k % pp].total, params=int(d["params"]),
-              ranks=stage_ranks[k % pp])
+              time_s=d["time_ps"] / PS, memory_bytes=memory[k % pp].total,
+              params=int(held[d["end"]] - held[d["start"]]), ranks=stage_ranks[k % pp])
         for k, d in enumerate(details))
 
     used = cand.devices
