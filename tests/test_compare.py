@@ -1,5 +1,6 @@
 """``compare``: rows, normalisation, rendering, JSON and the plot."""
 
+import io
 import json
 
 import pytest
@@ -106,3 +107,47 @@ def test_compare_plot(rows, tmp_path):
     path = tmp_path / "compare.png"
     compare_plot(rows, path)
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_waits_its_delay_and_shows_only_on_a_terminal(monkeypatch):
+    from nest.report import progress as module
+
+    clock = [100.0]
+    monkeypatch.setattr(module.time, "perf_counter", lambda: clock[0])
+    quick = _Terminal()
+    bar = module.Progress(4, stream=quick, delay_s=2.0, tty_only=True)
+    bar.update()
+    clock[0] += 1.0
+    bar.update()
+    bar.close()
+    assert quick.getvalue() == ""  # ended before its delay: nothing at all
+    slow = _Terminal()
+    bar = module.Progress(4, stream=slow, delay_s=2.0, tty_only=True)
+    bar.update()
+    clock[0] += 2.5
+    bar.update()
+    assert slow.getvalue().startswith("\r[") and "2/4" in slow.getvalue()
+    bar.update(2)
+    bar.close()
+    assert slow.getvalue().rsplit("\r", 1)[1].startswith("[" + "#" * 30 + "] 4/4 ") and slow.getvalue().endswith("\n")
+    piped = io.StringIO()  # not a terminal: quiet
+    bar = module.Progress(4, stream=piped, delay_s=2.0, tty_only=True)
+    clock[0] += 5
+    bar.update(4)
+    bar.close()
+    assert piped.getvalue() == ""
+
+
+def test_compare_cli_is_silent_off_a_terminal_and_with_quiet(capsys):
+    from nest.cli import main
+
+    args = ["compare", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--devices", "8", "--strategies", "manual,nest"]
+    for extra in ([], ["--quiet"]):
+        assert main(args + extra) == 0
+        captured = capsys.readouterr()
+        assert captured.err == "" and "manual" in captured.out

@@ -290,6 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--seed", type=int, default=0, help="MCMC seed")
     compare.add_argument("--budget", type=_positive_int, help="MCMC proposals")
     compare.add_argument("--plot", metavar="PNG", help="throughput plot (needs matplotlib)")
+    compare.add_argument("--quiet", action="store_true",
+                         help="no progress bar (shown on a terminal once a comparison runs 2 s)")
     sweep = sub.add_parser("sweep", help="plan every scenario of a grid file (resumable)")
     sweep.add_argument("grid", help="grid file (YAML/JSON): models, clusters, devices, bandwidth "
                                     "multipliers, memory sizes, jobs")
@@ -555,10 +557,17 @@ def _compare(args, scenario, limits) -> int:
         from .network.tiers import calibrated_cluster
 
         cluster = lambda n, name=args.cluster: calibrated_cluster(load_cluster(name, n))  # noqa: E731
-    rows = compare(scenario["model"], cluster,
-                   args.devices, scenario["job"], strategies=strategies, seed=args.seed,
-                   budget=args.budget, engine=args.engine, threads=args.threads, limits=limits,
-                   source=scenario["source"])
+    from .report.progress import Progress
+
+    # strategies x device counts: a bar on a terminal once it has run 2 s
+    bar = Progress(len(args.devices) * len(strategies), quiet=args.quiet, delay_s=2.0, tty_only=True)
+    try:
+        rows = compare(scenario["model"], cluster,
+                       args.devices, scenario["job"], strategies=strategies, seed=args.seed,
+                       budget=args.budget, engine=args.engine, threads=args.threads, limits=limits,
+                       source=scenario["source"], progress=lambda row: bar.update())
+    finally:
+        bar.close()
     if args.plot:
         with _writing(args.plot, "plot"):
             compare_plot(rows, args.plot)

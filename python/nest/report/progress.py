@@ -19,13 +19,18 @@ def _duration(seconds: float) -> str:
 class Progress:
     """A plain-text progress bar on ``stream`` (stderr): done/total, rate, ETA."""
 
-    def __init__(self, total: int, done: int = 0, stream=None, quiet: bool = False, width: int = 30):
+    def __init__(self, total: int, done: int = 0, stream=None, quiet: bool = False, width: int = 30,
+                 delay_s: float = 0.0, tty_only: bool = False):
+        """``delay_s``: nothing is shown before that much time has passed (work that ends
+        sooner prints nothing); ``tty_only``: quiet unless ``stream`` is a terminal."""
         self.total, self.start_done, self.done = total, done, done
         self.stream = sys.stderr if stream is None else stream
-        self.quiet, self.width = quiet, width
+        self.width, self.delay_s = width, delay_s
         self.started = time.perf_counter()
         self._last = 0.0
         self._tty = getattr(self.stream, "isatty", lambda: False)()
+        self.quiet = quiet or (tty_only and not self._tty)
+        self._shown = False
 
     def line(self) -> str:
         elapsed = time.perf_counter() - self.started
@@ -41,14 +46,16 @@ class Progress:
         if self.quiet:
             return
         now = time.perf_counter()
+        if now - self.started < self.delay_s:
+            return
         if self.done < self.total and now - self._last < (0.1 if self._tty else 5.0):
             return
-        self._last = now
+        self._last, self._shown = now, True
         self.stream.write(("\r" + self.line()) if self._tty else self.line() + "\n")
         self.stream.flush()
 
     def close(self) -> None:
-        if not self.quiet:
+        if not self.quiet and (self._shown or not self.delay_s):
             if self._tty:
                 self.stream.write("\r" + self.line() + "\n")
             elif self._last == 0.0 or self.done < self.total:
