@@ -351,3 +351,15 @@ def test_a_wrong_compare_document_is_rejected():
                         (["rows", feasible, "info", "temperature"], 1.0),
                         (["normalized_to", 0, "devices"], "8")):
         assert not validator("compare_document").is_valid(_set(doc, path, value)), path
+
+
+def test_memory_per_device_holds_the_binding_ranks_parts():
+    """DESIGN's memory breakdown inside memory_per_device_bytes: the parts of the rank that
+    binds, which add up to max."""
+    for name in PLANS:
+        doc = document(name)
+        per_device, ranks = doc["memory_per_device_bytes"], doc["memory"]["ranks"]
+        peak = next(r for r in ranks if r["rank"] == doc["memory"]["peak_rank"])
+        parts = ("weights", "gradients", "optimizer", "activations", "transient", "reserve")
+        assert {part: per_device[part] for part in parts} == {part: peak[f"{part}_bytes"] for part in parts}
+        assert sum(per_device[part] for part in parts) == pytest.approx(per_device["max"], rel=1e-12)

@@ -170,6 +170,14 @@ class Plan:
         """The rank with the most memory (the one that binds), or None."""
         return max(self.memory, key=lambda d: d.total) if self.memory else None
 
+    def _peak_parts(self) -> dict:
+        """The binding rank's memory by part (DESIGN's keys inside ``memory_per_device_bytes``)."""
+        peak = self.peak_memory
+        if peak is None:
+            return {}
+        return {"weights": peak.weights, "gradients": peak.gradients, "optimizer": peak.optimizer,
+                "activations": peak.activations, "transient": peak.transient, "reserve": peak.reserve}
+
     def to_dict(self) -> dict:
         """The JSON document (docs/json.md; schema: nest/report/plan.schema.json), plain and editable."""
         return {
@@ -184,8 +192,8 @@ class Plan:
                 "tflops_per_device": ref.tflops_per_gpu, "run": ref.run, "source": ref.source},
             "devices_used": self.devices_used,
             "devices_idle_reason": self.devices_idle_reason,
-            "memory_per_device_bytes": {"max": self.memory_max_bytes,
-                                        "capacity": self.memory_capacity_bytes},
+            "memory_per_device_bytes": {"max": self.memory_max_bytes, "capacity": self.memory_capacity_bytes,
+                                        **self._peak_parts()},
             "memory": None if not self.memory else {"peak_rank": self.peak_memory.rank,
                                                     "ranks": [d.to_dict() for d in self.memory]},
             "breakdown_s": thawed(self.breakdown_s),
