@@ -28,11 +28,15 @@ The collectives return ``(alpha, beta)`` with ``time = alpha + beta * bytes`` li
 * :func:`point_to_point`: every pair sends n bytes, all pairs at once.
 
 Results are cached per topology and group set, so repeated queries are dictionary hits.
-Routing state is kept per graph (:func:`compile_graph`): every router pair's
-shortest-path DAG with its ECMP shares is built once (:class:`_Routes`) and a family of
-flows costs a gather over the DAGs it uses; transit switches that are exact twins (same
-neighbours, same links: the core switches of one fat-tree core group, the spines of a
-leaf-spine network) are merged first, which ECMP makes exact.
+Caches belong to read-only graphs (:func:`nest.specs.read_only_graph`, what a
+:class:`~nest.specs.ClusterSpec` holds), which cannot change under them; a graph the
+caller may still change is priced on a read-only copy of its current contents, made
+again whenever they change. Routing state is kept per graph (:func:`compile_graph`):
+every router pair's shortest-path DAG with its ECMP shares is built once
+(:class:`_Routes`) and a family of flows costs a gather over the DAGs it uses; transit
+switches that are exact twins (same neighbours, same links: the core switches of one
+fat-tree core group, the spines of a leaf-spine network) are merged first, which ECMP
+makes exact.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import dijkstra
 
 from ..errors import SpecError
+from ..specs import read_only_graph
 from ..units import GB
 
 NODE_KEYS = {"kind", "index", "name", "host"}
@@ -122,17 +127,19 @@ class CompiledGraph:
             return self.routes
 
 
+# read-only graph -> its compiled form (weak keys: entries die with their graph)
 _COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def compile_graph(graph) -> CompiledGraph:
-    if not isinstance(graph, nx.Graph):
-        raise SpecError(f"topology = {type(graph).__name__}: must be a networkx graph")
+    """The validated routing form of ``graph`` (:class:`CompiledGraph`, with the caches of
+    every price on it), kept per read-only graph: a graph the caller may change is
+    compiled as its :func:`~nest.specs.read_only_graph`, so a change is never priced on
+    stale state."""
+    graph = read_only_graph(graph)
     cached = _COMPILED.get(graph)
     if cached is not None:
         return cached
-    if graph.is_multigraph():
-        raise SpecError("topology = multigraph: merge parallel links into one (add bandwidths)")
     for node, attrs in graph.nodes(data=True):
         extra = set(attrs) - NODE_KEYS
         if extra:
