@@ -1,6 +1,7 @@
 """``nest sweep``: grid expansion and validation, rows, journal, resume after a kill,
 the local and Dask executors, progress and the plot."""
 
+import contextlib
 import io
 import json
 import os
@@ -227,18 +228,21 @@ def test_a_bad_scheduler_address_is_refused_before_anything_is_written(tmp_path,
     assert not list(tmp_path.iterdir())
 
 
-def test_a_server_that_is_not_a_dask_scheduler_is_named(tmp_path):
+@pytest.mark.parametrize("reply", [b"\xff" * 64, b""])  # another protocol's bytes; silence
+def test_a_server_that_is_not_a_dask_scheduler_is_named(tmp_path, monkeypatch, reply):
+    from nest.studies import sweep_pool
+    monkeypatch.setattr(sweep_pool, "CONNECT_TIMEOUT_S", 1.0)
     server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(10)
     port = server.getsockname()[1]
 
-    def answer_garbage():
-        for _ in range(2):  # the address probe, then Dask's handshake
-            conn, _ = server.accept()
-            with conn:
-                conn.sendall(b"\xff" * 64)
-                conn.recv(1)
+    def answer():
+        with contextlib.suppress(OSError):
+            while True:  # the address probe, then Dask's connections
+                conn, _ = server.accept()
+                conn.sendall(reply)
 
-    threading.Thread(target=answer_garbage, daemon=True).start()
+    threading.Thread(target=answer, daemon=True).start()
     with pytest.raises(nest.SpecError, match=rf"^scheduler = 'tcp://127.0.0.1:{port}': no Dask scheduler answers "):
         run_sweep(SMALL, tmp_path / "r.jsonl", quiet=True, scheduler=f"tcp://127.0.0.1:{port}")
     server.close()

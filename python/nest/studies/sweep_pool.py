@@ -202,6 +202,38 @@ def check_scheduler(address, probe: bool = True) -> str:
     return text
 
 
+CONNECT_TIMEOUT_S = 30.0
+"""How long a sweep waits for a Dask scheduler's handshake (Dask's own connect timeout)."""
+
+
+def _connect(client_class, scheduler: str):
+    """A Dask client of ``scheduler``, or SpecError within :data:`CONNECT_TIMEOUT_S`.
+    Dask's ``connect`` bounds the TCP connection but not the handshake read after it
+    (distributed/comm/core.py ``connect``: ``await comm.read()``), so a server that
+    accepts and never answers would hang the sweep: the client is made on a daemon thread
+    and abandoned when it does not come back in time."""
+    box: dict = {}
+
+    def make() -> None:
+        try:
+            box["client"] = client_class(scheduler, timeout=CONNECT_TIMEOUT_S)
+        except BaseException as error:  # noqa: BLE001 -- reported below, whatever it is
+            box["error"] = error
+
+    thread = threading.Thread(target=make, name="nest-dask-connect", daemon=True)
+    thread.start()
+    thread.join(CONNECT_TIMEOUT_S + 1.0)
+    if thread.is_alive():
+        detail = f"no handshake within {CONNECT_TIMEOUT_S:g} s"
+    elif "error" in box:  # a timeout, or another protocol's bytes read as Dask's frames
+        error = box["error"]
+        detail = ("its reply is not Dask's protocol" if isinstance(error, MemoryError)
+                  else f"{type(error).__name__}: {str(error)[:200]}")
+    else:
+        return box["client"]
+    raise SpecError(f"scheduler = {scheduler!r}: no Dask scheduler answers there ({detail})")
+
+
 def iter_dask(run_batch, batches, scheduler=None, dask_local=None):
     """Rows of each batch, computed on a Dask cluster (``scheduler``: an address;
     ``dask_local``: a local cluster of that many single-threaded worker processes)."""
@@ -216,12 +248,7 @@ def iter_dask(run_batch, batches, scheduler=None, dask_local=None):
                                dashboard_address=None)
         client = Client(cluster)
     else:
-        try:
-            client = Client(scheduler)
-        except Exception as error:  # noqa: BLE001 -- a timeout, or another protocol's bytes read as Dask's frames
-            detail = ("its reply is not Dask's protocol" if isinstance(error, MemoryError)
-                      else f"{type(error).__name__}: {str(error)[:200]}")
-            raise SpecError(f"scheduler = {scheduler!r}: no Dask scheduler answers there ({detail})") from None
+        client = _connect(Client, scheduler)
     try:
         futures = [client.submit(run_batch, batch, pure=False) for batch in batches]
         for future in as_completed(futures):
