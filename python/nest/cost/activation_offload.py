@@ -2,9 +2,15 @@
 between their forward and their backward.
 
 nest prices Megatron-Core's layer offload (``TransformerConfig.cpu_offloading`` with
-``cpu_offloading_num_layers = N``; core_v0.14.0 ``megatron/core/transformer/transformer_block.py``
-passes it to Transformer Engine's ``get_cpu_offload_context``), as Transformer Engine 2.7
-runs it (``transformer_engine/pytorch/cpu_offload.py`` ``AsyncDoubleBufferGroupOffloadHandler``):
+``cpu_offloading_num_layers = N``; core_v0.14.0 and main ``2a75ac1``
+``megatron/core/transformer/transformer_block.py`` pass it, with ``model_layers =
+num_layers``, to Transformer Engine's ``get_cpu_offload_context`` and run every layer's
+forward inside the context it returns), as one of two Transformer Engine implementations
+runs it (``handler``; :data:`nest.cost.activations.OFFLOAD_HANDLERS`):
+
+``v1``: TE 2.7's ``AsyncDoubleBufferGroupOffloadHandler`` (``transformer_engine/pytorch/cpu_offload.py``;
+TE >= 2.10 keeps it as ``cpu_offload_v1.py``, run with ``NVTE_CPU_OFFLOAD_V1=1``), what
+nest prices by default and what its Megatron launch notes ask for:
 
 * **What moves.** Layers ``0 .. N-1`` ("groups") offload the tensors TE's modules mark
   (:meth:`nest.cost.activations.Activations.offloaded`: what a layer stops holding, and
@@ -25,11 +31,40 @@ runs it (``transformer_engine/pytorch/cpu_offload.py`` ``AsyncDoubleBufferGroupO
   at the last layer's (``w_{N-1} = L - 1``). The most a rank then holds is every
   layer's activations but the first ``N``'s freed bytes, and one more group while the
   last layer runs: that group counts as a transient buffer beside the output layer's.
+
+``v2``: TE >= 2.10's default, ``DefaultOffloadSynchronizer`` (TE 2.18 ``cpu_offload.py``;
+Megatron-Bridge's container runs it since "Switch to new offloading path", #3193, which
+commented out its ``NVTE_CPU_OFFLOAD_V1=1``):
+
+* **What moves.** Every tensor layers ``0 .. N-1`` save but parameters, weights and tensors
+  under 256Ki elements (:meth:`nest.cost.activations.Activations.offloaded`), each storage
+  copied once into a new pinned host tensor (``OffloadableLayerState.start_offload``).
+* **When it waits.** Layer ``i``'s copies are queued on one offload stream when layer
+  ``i + 1`` begins (each waits for its tensor's event); the compute stream waits for them
+  and frees them before layer ``L - N + i`` (``finish_offload_map``). In the backward
+  layer ``i``'s reload is queued before layer ``L - 1 - N + i``'s backward, after what
+  the compute stream has queued (``start_reload``: ``offload_stream.wait_stream``), and
+  each tensor is waited for when its backward pops it, which :func:`stall_s_v2` takes
+  as before layer ``i``'s backward.
+* **Memory.** At most ``L - N`` layers' activations are on the device at any time
+  ("At most (model_layers - num_layers) sets of activations are on GPU", TE 2.18
+  ``docs/features/other_optimizations/cpu_offloading``): layer ``N - 1``'s are freed
+  before the last layer runs, so no group is in flight beside the output layer, and no
+  layer is offloaded but the first ``N``. Only what it keeps under 256Ki elements (its
+  norms' statistics at small micro-batches) stays of an offloaded layer.
+
+Which one a plan gets: ``JobSpec`` has no field for it yet, and the scenario calls
+:func:`apply` (and :class:`~nest.cost.activations.Activations` reads the job) with the
+default, ``v1``; a Bridge recipe on TE >= 2.10 without ``NVTE_CPU_OFFLOAD_V1=1`` runs
+``v2``, which holds no group in flight and hides its copies over ``L - N - 1`` layers.
+
+Both:
+
 * **Rules.** Megatron-Core rejects offload with pipeline parallelism and with
   activation recomputation (``TransformerConfig.__post_init__``: "Currently there is no
   support for Pipeline parallelism with CPU offloading", "CPU offloading does not work
   when activation recomputation is enabled") and ``N >= num_layers``; the search applies
-  the first two to every framework (it models only this implementation) and the
+  the first two to every framework (it models only these implementations) and the
   frameworks' own rules say which run it at all.
 
 Offload only moves bytes off the device and only adds stalls, so it only adds feasible
@@ -112,17 +147,55 @@ def stall_s(groups: int, fwd_s: np.ndarray, bwd_s: np.ndarray, copy_s: np.ndarra
     return forward, compute - bwd_s.sum(axis=1)
 
 
+def stall_s_v2(groups: int, fwd_s: np.ndarray, bwd_s: np.ndarray, copy_s: np.ndarray, reload_s: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`stall_s` under TE v2's ``DefaultOffloadSynchronizer`` (TE 2.18
+    ``_init_offload_synchronization_dicts``, ``fwd_step``, ``bwd_step``): layer ``i``'s
+    copies start once its forward ends and the offload stream is free, and the compute
+    stream waits for them before layer ``L - N + i``; its reload starts when layer
+    ``L - 1 - N + i``'s backward begins (and the stream is free) and is waited for before
+    layer ``i``'s backward. One stream carries both ways, in that order."""
+    layers = fwd_s.shape[1]
+    size = (fwd_s.shape[0],)
+    compute, stream = np.zeros(size), np.zeros(size)
+    done = [None] * groups
+    for j in range(layers):
+        i = j - (layers - groups)
+        if 0 <= i < groups:
+            compute = np.maximum(compute, done[i])
+        compute = compute + fwd_s[:, j]
+        if j < groups:
+            stream = np.maximum(stream, compute) + copy_s[:, j]
+            done[j] = stream
+    forward = compute - fwd_s.sum(axis=1)
+    compute, stream = np.zeros(size), np.zeros(size)
+    for j in range(layers - 1, -1, -1):
+        i = j - (layers - 1 - groups)
+        if 0 <= i < groups:
+            stream = np.maximum(stream, compute) + reload_s[:, i]
+            done[i] = stream
+        if j < groups:
+            compute = np.maximum(compute, done[j])
+        compute = compute + bwd_s[:, j]
+    return forward, compute - bwd_s.sum(axis=1)
+
+
 def apply(columns: dict[str, np.ndarray], counts: np.ndarray, kind_index: np.ndarray, layer_kinds: np.ndarray,
-          copy_rate: float) -> tuple[np.ndarray, np.ndarray]:
+          copy_rate: float, handler: str = "v1") -> tuple[np.ndarray, np.ndarray]:
     """Price activation offload into a configuration table's ``[config, kind]`` columns:
     per configuration offloading ``counts[c]`` layers, its layers' kinds keep their share
     of the freed bytes less (rounded down: the table never undercounts) and carry their
     share of the stalls (``offload_fwd_s``, ``offload_bwd_s``; every layer the same share:
     only their sum matters on one pipeline stage). ``kind_index``: the chain's node kinds;
     ``layer_kinds``: which kinds are transformer layers; ``copy_rate``: bytes/s of the
-    rank's share of its host link, each way. Returns per configuration the transient
-    bytes of the group in flight while the last layer runs, and the host bytes the
-    copies fill."""
+    rank's share of its host link, each way; ``handler`` the TE implementation (``v1``,
+    ``v2``: the module docstring; the columns' freed and copied bytes must be the same
+    handler's, :meth:`nest.cost.activations.Activations.offloaded`). Returns per
+    configuration the transient bytes of the group in flight while the last layer runs
+    (none under ``v2``), and the host bytes the copies fill."""
+    if handler not in ("v1", "v2"):
+        raise SpecError(f"activation_offload_handler = {handler!r}: must be v1 or v2")
+    schedule = stall_s if handler == "v1" else stall_s_v2
     n_configs = len(counts)
     in_flight, host = np.zeros(n_configs, dtype=np.int64), np.zeros(n_configs, dtype=np.int64)
     nodes = np.flatnonzero(layer_kinds[kind_index])  # the layers, in chain order
@@ -132,8 +205,8 @@ def apply(columns: dict[str, np.ndarray], counts: np.ndarray, kind_index: np.nda
         at = lambda name: columns[name][rows][:, chain]  # noqa: E731  [config, layer]
         freed, copied = at("offload_freed_bytes"), at("offload_copied_bytes")
         copy_s = copied / copy_rate  # both ways at the same rate
-        forward, backward = stall_s(groups, at("fwd_s"), at("bwd_s"), copy_s, copy_s)
-        in_flight[rows] = freed[:, groups - 1]
+        forward, backward = schedule(groups, at("fwd_s"), at("bwd_s"), copy_s, copy_s)
+        in_flight[rows] = freed[:, groups - 1] if handler == "v1" else 0
         host[rows] = copied[:, :groups].sum(axis=1)
         moved = np.zeros((len(rows), columns["act_bytes"].shape[1]), dtype=np.int64)
         np.add.at(moved.T, chain[:groups], freed[:, :groups].T)
@@ -146,4 +219,4 @@ def apply(columns: dict[str, np.ndarray], counts: np.ndarray, kind_index: np.nda
     return in_flight, host
 
 
-__all__ = ["apply", "offload_layer_counts", "stall_s", "window_map"]
+__all__ = ["apply", "offload_layer_counts", "stall_s", "stall_s_v2", "window_map"]

@@ -1,6 +1,9 @@
 """What a layer keeps from its forward to its backward: bytes per micro-batch on one rank,
 as Megatron-Core (core_v0.14.0, the Transformer Engine layer specs of
-``megatron/core/models/gpt/gpt_layer_specs.py``) with Transformer Engine (2.7) saves them.
+``megatron/core/models/gpt/gpt_layer_specs.py``) with Transformer Engine (2.7) saves them;
+checked against Megatron-LM main at ``2a75ac1`` (the Megatron-Bridge submodule) with
+Transformer Engine 2.18 (``v2.18``, Bridge's ``uv.lock`` pin ``e7c550c``), which save the
+same tensors except where noted.
 
 Every term is per token; a rank holds ``b s / cp`` tokens of a micro-batch. Terms
 *outside* the tensor-parallel region (norm inputs and outputs, residuals, dropout masks)
@@ -11,18 +14,38 @@ gated MLP (SwiGLU) and 1 otherwise, ``e`` the bytes of an activation (2; 4 in fp
 ``q`` the bytes of a GEMM input kept for the backward (``e``; 1 under FP8, whose linear
 layers keep the FP8 copy of their input instead of the 16-bit one).
 
+FP8 recipes (``fp8_recipe``): ``delayed`` (Megatron's default, what nest's Megatron launch
+sets) and ``tensorwise`` (current scaling, Megatron-Bridge's FP8-CS recipes). They keep the
+same bytes but for the linear layers Megatron sets ``save_original_input`` on for every
+recipe but delayed (``megatron/core/transformer/attention.py`` ``Attention.__init__``,
+``multi_latent_attention.py`` and ``moe/shared_experts.py``: ``fp8_recipe != 'delayed'``,
+TE >= 2.6): the attention's output projection and the shared experts' fc1 then keep the
+16-bit input another module already keeps, not an FP8 copy (TE ``module/linear.py``
+``_linear_forward``: ``if save_original_input: inputmat = inp``). ``JobSpec`` has no
+recipe yet: the job's ``fp8_recipe`` attribute when it has one, else ``delayed``.
+
 Attention (``TELayerNormColumnParallelLinear`` + ``TEDotProductAttention`` +
 ``TERowParallelLinear``):
 
 * the norm input ``e h`` and its statistics (fp32 ``rsigma``, and ``mu`` for LayerNorm:
   4 or 8 bytes) and the norm output ``q h``
   (transformer_engine/pytorch/module/layernorm_linear.py ``_LayerNormLinear.forward``);
-* the QKV GEMM output, ``e (a + 2 g)``: q, k and v are views of it
-  (megatron/core/transformer/attention.py ``get_query_key_value_tensors``, split with
-  ``SplitAlongDim``), and the attention keeps v, which keeps the whole buffer alive;
-* with rotary embeddings the rotated q and k are new tensors the attention keeps,
-  ``e (a + g)``; with Qwen3's q/k norms the query's pre-norm copy ``e a`` and the norms'
-  fp32 statistics ``4 (heads + kv_heads)`` (transformer_engine/pytorch/ops/basic/rmsnorm.py);
+* q, k and v as the attention keeps them, ``e (a + 2 g)``, each a contiguous tensor of
+  its own: the QKV GEMM output is split into strided views of one buffer
+  (megatron/core/transformer/attention.py ``get_query_key_value_tensors``, ``torch.split``
+  along the last dim of ``[s, b, groups, (heads/groups + 2) d]``); rotary embeddings
+  replace q and k by new tensors (TE's fused RoPE keeps only ``freqs``; Megatron's
+  unfused one only cos and sin), and TE's ``get_qkv_layout``
+  (transformer_engine/pytorch/attention/dot_product_attention/utils.py, v2.7 and v2.18)
+  copies whatever matches none of its layouts with ``.contiguous()``: with grouped or
+  rotated heads that is v (its strides are not k's), without rotation q, k and v (MHA
+  without rotation matches ``sbh3d`` and keeps the views: the same ``e (a + 2 g)``).
+  Nothing keeps the GEMM's buffer, which the forward frees; the rotated q and k do not
+  come on top of it;
+* with Qwen3's q/k norms the norms' saved inputs, contiguous copies of the query and key
+  views, ``e (a + g)``, and their fp32 statistics ``4 (heads + kv_heads)``
+  (transformer_engine/pytorch/ops/basic/rmsnorm.py ``RMSNorm.op_forward``:
+  ``input_.contiguous()``, ``save_for_backward(x, rstdevs)``);
 * the attention output ``e a`` (kept by the fused attention and as the output
   projection's input; under FP8 with delayed scaling the projection also keeps its FP8
   copy ``a``, since Megatron sets ``save_original_input`` only for the other recipes);
@@ -45,11 +68,12 @@ activation output ``q f`` (fc2's input), and a dropout mask.
 
 Experts (megatron/core/transformer/moe/: ``TEGroupedMLP``): the separate pre-MLP norm's
 input and statistics and its output ``e h`` (kept by the router's gate,
-``RouterGatingLinearFunction``, and by the shared experts' fc1, which under FP8 adds its
-FP8 copy ``h``), the router's fp32 logits and scores ``2 x 4 E``; per token routed to this
-rank (each of ``k`` copies, padded by the capacity factor): the grouped fc1 input ``q h``,
-its output ``e G f_e``, the activation output ``q f_e`` and the fp32 routing probability
-(4 bytes, applied inside the activation, so the expert output is not kept). Dispatch and
+``RouterGatingLinearFunction``, and by the shared experts' fc1, which under FP8 with
+delayed scaling adds its FP8 copy ``h``), the router's fp32 logits and scores ``2 x 4 E``;
+per token routed to this rank (each of ``k`` copies, padded by the capacity factor): the
+grouped fc1 input ``q h``, its output ``e G f_e``, the activation output ``q f_e`` and the
+fp32 routing probability (4 bytes, applied inside the activation, so the expert output is
+not kept). Dispatch and
 combine keep only index maps. Shared experts add their MLP intermediates.
 
 Output layer and loss: the final norm's input and statistics, the output layer's input
@@ -57,6 +81,12 @@ Output layer and loss: the final norm's input and statistics, the output layer's
 ``4 V / tp`` per token of the whole sequence
 (megatron/core/tensor_parallel/cross_entropy.py ``_VocabParallelCrossEntropy``); the
 16-bit logits, ``e V / tp``, exist only while the head runs (its *transient* buffer).
+The fused cross-entropies keep the same: Megatron's ``native`` one its fp32 softmax, and
+TE's (``cross_entropy_fusion_impl = 'te'``, the Bridge recipes) from TE 2.18 the fp32
+gradient it computes in the forward (transformer_engine/pytorch/triton/cross_entropy.py
+``cross_entropy_forward``: ``grad_input = torch.empty_like(_input, dtype=torch.float32)``;
+TE 2.7 to 2.17 wrote it into the 16-bit logits in place and kept those, ``e V / tp``:
+nest prices the 4 bytes).
 The embedding keeps the token ids (8 bytes) and a dropout mask with dropout.
 
 Full recomputation keeps a block's input, ``e h`` (outside); its working set while it
@@ -72,17 +102,43 @@ from ..parallel import RECOMPUTE_MODES, ConfigArrays, recompute_modules
 from ..specs import JobSpec, ModelSpec
 from .model import attention_shape
 
+FP8_RECIPES = ("delayed", "tensorwise")
+"""The FP8 recipes nest tells apart (Megatron's ``--fp8-recipe``): ``delayed`` (its default)
+and ``tensorwise`` (current scaling)."""
+
+OFFLOAD_HANDLERS = ("v1", "v2")
+"""Transformer Engine's activation-offload implementations (:mod:`nest.cost.activation_offload`):
+``v1``, TE 2.7's ``AsyncDoubleBufferGroupOffloadHandler`` (TE >= 2.10 with
+``NVTE_CPU_OFFLOAD_V1=1``, ``cpu_offload_v1.py``), and ``v2``, TE >= 2.10's default
+``DefaultOffloadSynchronizer`` (``cpu_offload.py``)."""
+
+SMALL_NUMEL = 256 * 1024
+"""TE v2 offloads no tensor of fewer elements (``OffloadableLayerState._check_if_offload``,
+v2.18: "Only offload tensors with at least 256k elements")."""
+
 
 class Activations:
     """Saved bytes of the node kinds of one model and job, for many configurations at
-    once (see the module docstring for every term)."""
+    once (see the module docstring for every term). ``fp8_recipe`` and ``offload_handler``
+    default to the job's attributes of those names when it has them (``JobSpec`` has
+    neither yet), else ``delayed`` and ``v1``."""
 
-    def __init__(self, model: ModelSpec, job: JobSpec):
+    def __init__(self, model: ModelSpec, job: JobSpec, fp8_recipe: str | None = None,
+                 offload_handler: str | None = None):
         self.model, self.job = model, job
         self.e = 4 if job.dtype == "fp32" else 2
         self.q = 1 if job.dtype == "fp8" else self.e
         self.attn = attention_shape(model)
         self.stats = 4 if model.norm == "rmsnorm" else 8
+        self.fp8_recipe = fp8_recipe or getattr(job, "fp8_recipe", None) or "delayed"
+        self.offload_handler = offload_handler or getattr(job, "activation_offload_handler", None) or "v1"
+        if self.fp8_recipe not in FP8_RECIPES:
+            raise SpecError(f"fp8_recipe = {self.fp8_recipe!r}: must be one of {', '.join(FP8_RECIPES)}")
+        if self.offload_handler not in OFFLOAD_HANDLERS:
+            raise SpecError(f"activation_offload_handler = {self.offload_handler!r}: must be one of "
+                            f"{', '.join(OFFLOAD_HANDLERS)}")
+        # an FP8 copy of the input where Megatron sets save_original_input for every recipe but delayed
+        self.fp8_copy = job.dtype == "fp8" and self.fp8_recipe == "delayed"
 
     def tokens(self, c: ConfigArrays) -> np.ndarray:
         """Tokens of one micro-batch on one context-parallel rank."""
@@ -107,7 +163,7 @@ class Activations:
         m, a, e, q, h = self.model, self.attn, self.e, self.q, self.model.hidden
         heads, kv_heads = m.num_heads, m.num_kv_heads
         dropout = h if m.dropout else 0
-        fp8_proj = a.o_width if self.job.dtype == "fp8" else 0  # the delayed recipe's FP8 copy
+        fp8_proj = a.o_width if self.fp8_copy else 0  # the delayed recipe's FP8 copy
         norm_out = up = 0
         if m.kv_lora_rank:
             latent_q, latent_kv, rope = m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
@@ -119,11 +175,10 @@ class Activations:
             inside = up + e * a.o_width + fp8_proj
         else:
             outside = self._norm(q * h) + dropout
+            # q, k, v, each contiguous (rotated, or get_qkv_layout's copies); the output
             inside = e * (a.q_width + 2 * a.k_width) + e * a.o_width + fp8_proj
-            if m.position_embedding == "rope":
-                inside += e * (a.q_width + a.k_width)
-            if m.qk_norm:
-                inside += e * a.q_width + 4 * (heads + kv_heads)
+            if m.qk_norm:  # the norms' contiguous inputs and fp32 statistics
+                inside += e * (a.q_width + a.k_width) + 4 * (heads + kv_heads)
         core = 4 * heads if self.job.flash_attention else 0
         return {"outside": outside, "inside": inside, "core": core, "norm_out": norm_out, "up": up}
 
@@ -169,7 +224,7 @@ class Activations:
         (``act``, dropped by ``moe_act``) and the rest (fc1 input and output, probability)."""
         m, e, h = self.model, self.e, self.model.hidden
         shared = m.num_shared_experts * m.moe_ffn_hidden
-        fp8_shared = h if shared and self.job.dtype == "fp8" else 0
+        fp8_shared = h if shared and self.fp8_copy else 0
         f, q = m.moe_ffn_hidden, self.q
         return {"keep": e * h + self.stats + (h if m.dropout else 0), "norm_out": e * h + fp8_shared,
                 "router": 2 * 4 * m.num_experts, "shared": self.mlp(shared) if shared else 0,
@@ -180,18 +235,23 @@ class Activations:
     def offloaded(self, c: ConfigArrays, moe: bool) -> tuple[np.ndarray, np.ndarray]:
         """(freed, copied): the bytes of one micro-batch a block without recomputation
         stops holding on the device when Transformer Engine offloads its activations, and
-        the bytes its offload copies to the host (and back). TE 2.7 offloads only the
-        tensors its modules mark (``transformer_engine/pytorch/cpu_offload.py``
-        ``mark_activation_offload``; the checker ``tensor_need_offloading_checker_activations``):
+        the bytes its offload copies to the host (and back), under ``offload_handler``.
+
+        ``v1`` (TE 2.7 ``transformer_engine/pytorch/cpu_offload.py``; TE 2.18
+        ``cpu_offload_v1.py``) offloads only the tensors its modules mark
+        (``mark_activation_offload``; the checker ``tensor_need_offloading_checker_activations``):
 
         * ``_LayerNormLinear``: the norm's input, statistics and output (attention, and the
           dense MLP whose norm is fused into fc1);
         * the fused attention's q, k, v, output and softmax statistics
-          (``dot_product_attention/backends.py`` ``FusedAttention``): the QKV buffer goes
-          with v, its last view, and the rotated q and k are copied instead of their views;
-        * ``_Linear``'s saved input: the attention output once more (the output projection
-          saves the same tensor, and each push is its own copy; its FP8 copy under FP8) and
-          fc2's input;
+          (``dot_product_attention/backends.py`` ``FusedAttnFunc``): the contiguous q, k
+          and v it is given (:meth:`attention`);
+        * ``_Linear``'s saved input: the attention output once more where the projection
+          saves the original input (bf16, or an FP8 recipe but delayed: the same tensor,
+          and each push is its own copy) or its FP8 copy (delayed), and fc2's input; the
+          shared experts' fc1 input (the router's tensor, copied but still held; its FP8
+          copy under delayed scaling, which only fc1 holds, is freed: TE clears quantized
+          data after the copy, ``needs_force_clear``);
         * Megatron's fused SwiGLU input (``megatron/core/fusions/fused_bias_swiglu.py``,
           ``cpu_offload_input``), dense and shared experts.
 
@@ -199,18 +259,34 @@ class Activations:
         (``TENorm``), unfused attention's scores, a GELU's input, the MoE layer's separate
         pre-MLP norm with its output (the router keeps it; the shared experts' fc1 input
         is still copied) and the routed experts' tensors (``TEGroupedLinear`` and the
-        weighted SwiGLU mark nothing). Latent attention is not modelled (SpecError)."""
+        weighted SwiGLU mark nothing).
+
+        ``v2`` (TE 2.18 ``cpu_offload.py``: ``saved_tensors_hooks`` around each layer that
+        Megatron wraps in the offload context, ``transformer_block.py``) offloads every
+        tensor the layer saves for its backward (``OffloadableLayerState.push_tensor``,
+        marked or not; FP8 tensors by their data tensors, ``prepare_for_saving``) but
+        parameters, tensors marked ``mark_not_offload`` (weights and biases) and tensors
+        of fewer than 256Ki elements (:data:`SMALL_NUMEL`): of what :meth:`block_parts`
+        counts, the norms' statistics, the softmax and q/k-norm statistics and the MoE
+        routing probabilities stay when that small. Views whose base has as many elements
+        travel as the base, and a tensor saved twice is copied once
+        (``TensorGroupProcessor``), so the copies carry what is freed. Every other kept
+        tensor is taken to be contiguous and at least that large (TE skips
+        non-contiguous ones with a warning).
+
+        Latent attention is not modelled (SpecError)."""
         m, e, q, h, a = self.model, self.e, self.q, self.model.hidden, self.attn
         if m.kv_lora_rank:
             raise SpecError(f"model = {m.name}: activation offload of latent attention (MLA) is not modelled")
+        if self.offload_handler == "v2":
+            return self._offloaded_v2(c, moe)
         n, rep, t = self.tokens(c), self.outside(c), c.tp
         norm = self._norm(q * h)  # input, statistics and output of a fused norm
-        qkv = e * (a.q_width + 2 * a.k_width)
-        freed_in = qkv + e * a.o_width + (a.o_width if self.job.dtype == "fp8" else 0)
-        if m.position_embedding == "rope":
-            freed_in += e * (a.q_width + a.k_width)
-        # the attention output twice, or once and the projection's FP8 copy
-        copied_in = qkv + e * a.o_width + (a.o_width if self.job.dtype == "fp8" else e * a.o_width)
+        qkv = e * (a.q_width + 2 * a.k_width)  # the contiguous q, k, v the attention marks
+        proj = a.o_width if self.fp8_copy else 0  # the projection's FP8 copy (delayed)
+        freed_in = qkv + e * a.o_width + proj
+        # the projection pushes the attention output again, or its FP8 copy
+        copied_in = qkv + e * a.o_width + (proj if self.fp8_copy else e * a.o_width)
         freed_out = copied_out = norm
         swiglu = self.gated() == 2
         if moe:
@@ -218,7 +294,10 @@ class Activations:
             if shared:
                 mlp = q * shared + (e * 2 * shared if swiglu else 0)
                 freed_in, copied_in = freed_in + mlp, copied_in + mlp
-                copied_out += h if self.job.dtype == "fp8" else e * h  # the shared fc1's input
+                if self.fp8_copy:  # the shared fc1's own FP8 copy: copied and cleared
+                    freed_out, copied_out = freed_out + h, copied_out + h
+                else:  # the router's tensor: copied, still held
+                    copied_out += e * h
         else:
             f = m.ffn_hidden
             mlp = q * f + (e * 2 * f if swiglu else 0)
@@ -230,6 +309,34 @@ class Activations:
         shape = (len(c),)
         return (np.broadcast_to(np.asarray(freed, dtype=np.int64), shape),
                 np.broadcast_to(np.asarray(copied, dtype=np.int64), shape))
+
+    def small_saved(self, c: ConfigArrays, moe: bool) -> np.ndarray:
+        """Bytes of a block's saved tensors under :data:`SMALL_NUMEL` elements, which TE v2
+        does not offload: each norm's statistics (``rsigma``, and ``mu`` for LayerNorm; one
+        element per token, outside: the attention's and the MLP's or MoE layer's norm), the
+        fused attention's softmax statistics (``heads / tp`` per token), the q/k norms'
+        statistics and the MoE routing probabilities (one per routed copy)."""
+        m = self.model
+        n, rep, t = self.tokens(c), self.outside(c), c.tp
+        small = lambda numel, nbytes: np.where(numel < SMALL_NUMEL, numel * nbytes, 0)  # noqa: E731
+        tokens = n // rep
+        kept = 2 * small(tokens, self.stats)  # rsigma and mu are tensors of one element a token each
+        if self.job.flash_attention:
+            kept = kept + small(n * m.num_heads // t, 4)
+        if m.qk_norm and not m.kv_lora_rank:
+            kept = kept + small(n * m.num_heads // t, 4) + small(n * m.num_kv_heads // t, 4)
+        if moe:
+            routed = np.ceil(n / rep * m.experts_per_token * self.expert_padding()).astype(np.int64)
+            kept = kept + small(routed, 4)
+        return np.broadcast_to(np.asarray(kept, dtype=np.int64), (len(c),))
+
+    def _offloaded_v2(self, c: ConfigArrays, moe: bool) -> tuple[np.ndarray, np.ndarray]:
+        """TE v2's (freed, copied) (:meth:`offloaded`): all a block keeps without
+        recomputation but its small tensors, each storage copied once."""
+        parts = self.block_parts(c, moe)
+        whole = sum(parts[k] for k in ("keep", *PARTS))
+        freed = whole - self.small_saved(c, moe)
+        return freed, freed.copy()
 
     # -- nodes --------------------------------------------------------------------------
 
