@@ -28,7 +28,7 @@ PACKAGE = "nest"
 MAX_LINES = 700
 
 FLOORS = (
-    ("errors", "units"),
+    ("errors", "units", "frozen_graph"),
     ("specs",),
     ("parallel",),
     ("frameworks",),

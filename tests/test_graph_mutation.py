@@ -11,9 +11,10 @@ import networkx as nx
 import pytest
 
 import nest
+from nest.frozen_graph import is_read_only_graph, read_only_graph
 from nest.network import generators, routing
 from nest.network.graph import graph_cluster
-from nest.specs import JobSpec, is_read_only_graph, read_only_graph
+from nest.specs import JobSpec
 
 H100 = nest.load_device("h100-sxm")
 JOB = JobSpec(16, 1024)

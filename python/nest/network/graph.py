@@ -17,7 +17,8 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import dijkstra
 
 from ..errors import SpecError
-from ..specs import ClusterSpec, Tier, read_only_graph
+from ..frozen_graph import read_only_graph
+from ..specs import ClusterSpec, Tier
 from ..units import MiB
 from .routing import CompiledGraph, compile_graph, group_rows, route, route_one
 
@@ -449,7 +450,7 @@ def graph_cluster(graph, device, name: str | None = None, order=None, source: st
     of one transfer first crossing each level): the search space and the reports read
     the tiers, every price comes from the graph. Rank ``r`` runs on ``order[r]``
     (default: :func:`locality_order`). The cluster holds a read-only copy of ``graph``
-    (:func:`~nest.specs.read_only_graph`); ``graph`` itself is left as it is."""
+    (:func:`~nest.frozen_graph.read_only_graph`); ``graph`` itself is left as it is."""
     graph = read_only_graph(graph)
     net = network(graph, order)
     tiers = []

@@ -28,7 +28,7 @@ The collectives return ``(alpha, beta)`` with ``time = alpha + beta * bytes`` li
 * :func:`point_to_point`: every pair sends n bytes, all pairs at once.
 
 Results are cached per topology and group set, so repeated queries are dictionary hits.
-Caches belong to read-only graphs (:func:`nest.specs.read_only_graph`, what a
+Caches belong to read-only graphs (:func:`nest.frozen_graph.read_only_graph`, what a
 :class:`~nest.specs.ClusterSpec` holds), which cannot change under them; a graph the
 caller may still change is priced on a read-only copy of its current contents, made
 again whenever they change. Routing state is kept per graph (:func:`compile_graph`):
@@ -52,7 +52,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import dijkstra
 
 from ..errors import SpecError
-from ..specs import read_only_graph
+from ..frozen_graph import read_only_graph
 from ..units import GB
 
 NODE_KEYS = {"kind", "index", "name", "host"}
@@ -134,7 +134,7 @@ _COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 def compile_graph(graph) -> CompiledGraph:
     """The validated routing form of ``graph`` (:class:`CompiledGraph`, with the caches of
     every price on it), kept per read-only graph: a graph the caller may change is
-    compiled as its :func:`~nest.specs.read_only_graph`, so a change is never priced on
+    compiled as its :func:`~nest.frozen_graph.read_only_graph`, so a change is never priced on
     stale state."""
     graph = read_only_graph(graph)
     cached = _COMPILED.get(graph)
