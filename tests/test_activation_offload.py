@@ -3,6 +3,7 @@ it (nest.cost.activation_offload): which bytes move, the handler's windows and s
 hand, the memory it frees, the search's exactness over offloaded-layer counts, and the
 frameworks' rules and flags."""
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -258,3 +259,36 @@ def test_megatron_launches_the_layer_offload():
     assert "--cpu-offloading-num-layers" not in fw.emit(nest.evaluate(
         "llama3-8b", nest.load_cluster("dgx-h100", devices=8), JobSpec(global_batch=32, seq_len=4096),
         tp=1, pp=1, dp=8, micro_batch=1, zero=3).to_dict())
+
+
+BRIDGE_GB200_FP8CS = ["evaluate", "--model", "llama3-70b", "--cluster", "gb200-nvl72", "--devices", "64",
+                      "--global-batch", "256", "--seq-len", "8192", "--tp", "1", "--pp", "1", "--dp", "64",
+                      "--mbs", "2", "--zero", "3", "--dtype", "fp8", "--activation-offload", "40"]
+"""Megatron-Bridge 067f987 perf_recipes/llama/gb200/llama3.py
+``llama3_70b_pretrain_64gpu_gb200_fp8cs_config``: FP8 current scaling (tensorwise), TE 2.18
+(its uv.lock) whose default offload is v2, a configuration NVIDIA publishes as running."""
+
+
+def test_the_published_gb200_fp8_current_scaling_recipe_fits_as_it_runs(capsys):
+    from nest.cli import main
+
+    assert main(BRIDGE_GB200_FP8CS + ["--fp8-recipe", "tensorwise", "--activation-offload-handler", "v2",
+                                      "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    memory = doc["memory_per_device_bytes"]
+    assert memory["max"] <= memory["capacity"]
+    assert doc["job"]["fp8_recipe"] == "tensorwise" and doc["job"]["activation_offload_handler"] == "v2"
+    # priced as the delayed recipe with TE 2.7's handler it does not fit: the switches matter
+    assert main(BRIDGE_GB200_FP8CS) == 3
+    capsys.readouterr()
+    assert main(BRIDGE_GB200_FP8CS + ["--fp8-recipe", "tensorwise", "--activation-offload-handler", "v2",
+                                      "--emit", "megatron"]) == 0
+    launch = capsys.readouterr()
+    assert "--fp8-recipe tensorwise" in launch.out and "do not set NVTE_CPU_OFFLOAD_V1" in launch.err
+
+
+def test_job_fp8_recipe_and_offload_handler_are_checked():
+    with pytest.raises(nest.SpecError, match=r"^job.fp8_recipe = 'tensorwise': is an FP8 recipe; needs dtype fp8, not bf16$"):
+        nest.JobSpec(global_batch=8, seq_len=1024, fp8_recipe="tensorwise")
+    with pytest.raises(nest.SpecError, match=r"^job.activation_offload_handler = 'v3': must be one of v1, v2$"):
+        nest.JobSpec(global_batch=8, seq_len=1024, activation_offload_handler="v3")

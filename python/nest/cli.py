@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from .errors import InfeasibleError, SpecError
 from .parallel import DEFAULT_ORDER, RECOMPUTE_MODES, ZERO_STAGES, SpaceLimits
-from .specs import FRAMEWORKS, MOE_DISPATCHERS, MOMENT_BYTES
+from .specs import FP8_RECIPES, FRAMEWORKS, MOE_DISPATCHERS, MOMENT_BYTES, OFFLOAD_HANDLERS
 from .units import GiB
 
 EXIT_OK, EXIT_UNEXPECTED, EXIT_BAD_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
@@ -219,6 +219,10 @@ def _add_scenario(parser: argparse.ArgumentParser, device_list: bool = False) ->
     parser.add_argument("--host-threads", type=_positive_int, metavar="N",
                         help="CPU threads of each rank's host optimizer step when it offloads (OMP_NUM_THREADS; "
                              "default 1, torchrun's)")
+    parser.add_argument("--fp8-recipe", default="delayed", choices=FP8_RECIPES,
+                        help="Megatron's FP8 recipe (--dtype fp8): delayed, its default, or tensorwise scaling")
+    parser.add_argument("--activation-offload-handler", default="v1", choices=OFFLOAD_HANDLERS,
+                        help="TE's activation offload: v1 (TE 2.7; NVTE_CPU_OFFLOAD_V1=1) or v2 (TE >= 2.10)")
     parser.add_argument("--moe-dispatcher", default="alltoall", choices=MOE_DISPATCHERS,
                         help="how tokens reach their experts: alltoall (every routed copy; Megatron's alltoall "
                              "dispatcher) or flex (DeepEP: once per destination node, then NVLink; default "
@@ -365,6 +369,7 @@ def _scenario(args) -> dict:
                    optimizer=optimizer, flash_attention=not args.no_flash_attention,
                    fp8_param_gather=args.fp8_param_gather, reserved_memory_bytes=reserved,
                    framework=_framework(args), moe_dispatcher=args.moe_dispatcher, host_threads=args.host_threads,
+                   fp8_recipe=args.fp8_recipe, activation_offload_handler=args.activation_offload_handler,
                    **{name: getattr(args, name) for name in OVERLAP_SWITCHES})
     return {"model": model, "cluster": cluster, "job": job, "source": source, "limits": limits}
 
@@ -372,7 +377,7 @@ def _scenario(args) -> dict:
 _INSTANCE_SETS = ("devices", "global_batch", "seq_len", "dtype", "optimizer", "grad_dtype", "optimizer_state_dtype",
                   "fp8_param_gather", "reserved_gib", "no_flash_attention", "overlap_grad_reduce",
                   "overlap_param_gather", "tp_comm_overlap", "overlap_moe_expert_parallel_comm", "host_threads",
-                  "moe_dispatcher")
+                  "moe_dispatcher", "fp8_recipe", "activation_offload_handler")
 """The destinations of the flags a NEST instance's own cluster and job settle."""
 
 

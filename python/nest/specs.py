@@ -502,6 +502,10 @@ class JobSpec:
     # CPU threads each rank's host optimizer step runs on (OMP_NUM_THREADS; torchrun sets
     # 1 when it starts several processes per node), capped at the rank's share of cores
     host_threads: int = 1
+    # Megatron's --fp8-recipe (FP8_RECIPES): which GEMM inputs a linear layer keeps
+    fp8_recipe: str = "delayed"
+    # Transformer Engine's activation-offload implementation (OFFLOAD_HANDLERS)
+    activation_offload_handler: str = "v1"
 
     def __post_init__(self):
         _positive_int("job.host_threads", self.host_threads, 4096)
@@ -515,6 +519,10 @@ class JobSpec:
         _choice("job.dtype", self.dtype, tuple(DTYPE_BYTES))
         _choice("job.framework", self.framework, FRAMEWORKS)
         _choice("job.moe_dispatcher", self.moe_dispatcher, MOE_DISPATCHERS)
+        _choice("job.fp8_recipe", self.fp8_recipe, FP8_RECIPES)
+        _choice("job.activation_offload_handler", self.activation_offload_handler, OFFLOAD_HANDLERS)
+        require(self.fp8_recipe == "delayed" or self.dtype == "fp8", "job.fp8_recipe", self.fp8_recipe,
+                f"is an FP8 recipe; needs dtype fp8, not {self.dtype}")
         if self.reserved_memory_bytes is not None:
             _non_negative_real("job.reserved_memory_bytes", self.reserved_memory_bytes)
         require(not self.fp8_param_gather or self.dtype == "fp8", "job.fp8_param_gather", True,
@@ -545,6 +553,9 @@ class JobSpec:
                 **({} if self.moe_dispatcher == "alltoall" else {"moe_dispatcher": self.moe_dispatcher}),
                 **({} if self.reserved_memory_bytes is None else {"reserved_memory_bytes": self.reserved_memory_bytes}),
                 **({} if self.host_threads == 1 else {"host_threads": self.host_threads}),
+                **({} if self.fp8_recipe == "delayed" else {"fp8_recipe": self.fp8_recipe}),
+                **({} if self.activation_offload_handler == "v1" else
+                   {"activation_offload_handler": self.activation_offload_handler}),
                 "framework": self.framework}
 
     @staticmethod
@@ -567,6 +578,16 @@ class JobSpec:
 OVERLAP_SWITCHES = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
                     "overlap_moe_expert_parallel_comm")
 """The :class:`JobSpec` switches of communication overlap (Megatron-LM's flag names)."""
+
+FP8_RECIPES = ("delayed", "tensorwise")
+"""The FP8 recipes nest tells apart (Megatron's ``--fp8-recipe``): ``delayed`` (its default)
+and ``tensorwise`` (current scaling)."""
+
+OFFLOAD_HANDLERS = ("v1", "v2")
+"""Transformer Engine's activation-offload implementations (:mod:`nest.cost.activation_offload`):
+``v1``, TE 2.7's ``AsyncDoubleBufferGroupOffloadHandler`` (TE >= 2.10 with
+``NVTE_CPU_OFFLOAD_V1=1``, ``cpu_offload_v1.py``), and ``v2``, TE >= 2.10's default
+``DefaultOffloadSynchronizer`` (``cpu_offload.py``)."""
 
 MOE_DISPATCHERS = ("alltoall", "flex")
 """The token dispatchers a job can use (``job.moe_dispatcher``, Megatron-Core's

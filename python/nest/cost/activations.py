@@ -99,18 +99,8 @@ import numpy as np
 
 from ..errors import SpecError
 from ..parallel import RECOMPUTE_MODES, ConfigArrays, recompute_modules
-from ..specs import JobSpec, ModelSpec
+from ..specs import FP8_RECIPES, OFFLOAD_HANDLERS, JobSpec, ModelSpec
 from .model import attention_shape
-
-FP8_RECIPES = ("delayed", "tensorwise")
-"""The FP8 recipes nest tells apart (Megatron's ``--fp8-recipe``): ``delayed`` (its default)
-and ``tensorwise`` (current scaling)."""
-
-OFFLOAD_HANDLERS = ("v1", "v2")
-"""Transformer Engine's activation-offload implementations (:mod:`nest.cost.activation_offload`):
-``v1``, TE 2.7's ``AsyncDoubleBufferGroupOffloadHandler`` (TE >= 2.10 with
-``NVTE_CPU_OFFLOAD_V1=1``, ``cpu_offload_v1.py``), and ``v2``, TE >= 2.10's default
-``DefaultOffloadSynchronizer`` (``cpu_offload.py``)."""
 
 SMALL_NUMEL = 256 * 1024
 """TE v2 offloads no tensor of fewer elements (``OffloadableLayerState._check_if_offload``,

@@ -182,7 +182,8 @@ class Scenario:
             raise SpecError("activation_offload: runs without recomputation (Megatron-Core "
                             "TransformerConfig.__post_init__)")
         layer_kinds = np.array([k in (BLOCK, MOE) for k in self.kind_list], dtype=bool)
-        return activation_offload.apply(columns, counts, self.kind_index, layer_kinds, self.host_share.copy_rate)
+        return activation_offload.apply(columns, counts, self.kind_index, layer_kinds, self.host_share.copy_rate,
+                                        handler=self.job.activation_offload_handler)
 
     def batch(self, cands: Sequence[Candidate]) -> tuple[ConfigTable, CandidateArrays]:
         """The configuration table of ``cands`` and the candidates as columns into it."""

@@ -166,7 +166,7 @@ class Megatron(Framework):
             add("--fp16")
         if dtype == "fp8":
             add("--fp8-format", "hybrid")
-            add("--fp8-recipe", "delayed")
+            add("--fp8-recipe", job.fp8_recipe)
         opt = job.optimizer
         add("--optimizer", opt.name)
         if opt.grad_dtype == "bf16":
@@ -299,8 +299,11 @@ class Megatron(Framework):
             notes.append("--cpu-offloading-num-layers is Megatron-LM main's (d98e8a6: generated from TransformerConfig, "
                          "it sets cpu_offloading); core_v0.14.0's command line has no flag for it: set "
                          f"TransformerConfig(cpu_offloading=True, cpu_offloading_num_layers={p.act_offload}) there "
-                         "(Megatron-Bridge: model.cpu_offloading_num_layers). With Transformer Engine >= 2.10 export "
-                         "NVTE_CPU_OFFLOAD_V1=1: nest prices TE 2.7's handler, which 2.10 keeps as its v1 path")
+                         "(Megatron-Bridge: model.cpu_offloading_num_layers). "
+                         + ("nest priced Transformer Engine >= 2.10's default offload (v2): do not set "
+                            "NVTE_CPU_OFFLOAD_V1" if p.job_spec.activation_offload_handler == "v2" else
+                            "With Transformer Engine >= 2.10 export NVTE_CPU_OFFLOAD_V1=1: nest prices TE 2.7's "
+                            "handler, which 2.10 keeps as its v1 path"))
         if p.offload > 0:
             notes.append(f"export OMP_NUM_THREADS={threads} (the host optimizer's threads per rank, as nest priced "
                          "them; torchrun sets 1 when it starts several processes per node)")
