@@ -421,3 +421,20 @@ def test_a_worker_that_keeps_dying_is_one_error_line(tmp_path, monkeypatch):
     with pytest.raises(sweep_pool.WorkerDied, match="^a worker was killed by SIGKILL, often the out-of-memory "
                                                     "killer 1 times$"):
         list(sweep_pool.iter_local(_die_once, [(str(tmp_path / "once"), [1])], 1))
+
+
+def test_grid_jobs_take_the_fp8_recipe_and_the_offload_handler(tmp_path):
+    from nest.studies.sweep import build_inputs
+
+    grid = {"models": ["gpt-1.7b"], "clusters": [{"cluster": "dgx-h100", "devices": [8]}],
+            "jobs": [{"global_batch": 16, "seq_len": 1024, "dtype": "fp8", "fp8_recipe": "tensorwise",
+                      "activation_offload_handler": "v2"}]}
+    (scenario,) = expand_grid(grid)
+    _, _, job = build_inputs(scenario.params)
+    assert (job.fp8_recipe, job.activation_offload_handler) == ("tensorwise", "v2")
+    row = run_scenario(scenario)
+    assert row["status"] == "ok" and (row["fp8_recipe"], row["activation_offload_handler"]) == ("tensorwise", "v2")
+    grid["jobs"][0]["fp8_recipe"] = "mxfp8"
+    with pytest.raises(nest.SpecError, match=r"^grid.jobs\[0\].fp8_recipe = 'mxfp8': must be one of delayed, "
+                                             r"tensorwise$"):
+        expand_grid(grid)

@@ -12,7 +12,8 @@ A grid file (YAML or JSON) names the axes; their cartesian product is the scenar
     oversubscription: {spine: [1, 2]}          # optional, per tier: replaces the tier's value
     memory_GiB: [80, 141]                      # optional HBM sizes (omit: the device's own)
     jobs:                                      # optional (omit: each model's published job)
-      - {global_batch: 1024, seq_len: 4096}    # also dtype, framework and the overlap switches
+      - {global_batch: 1024, seq_len: 4096}    # also dtype, framework, moe_dispatcher, fp8_recipe,
+                                               # activation_offload_handler and the overlap switches
                                                # (overlap_grad_reduce: true, ...)
     limits: {tp: [4, 8], zero: [1]}            # optional: the search limits of every scenario
                                                # (SpaceLimits fields; nest plan's --tp ... flags)
@@ -108,7 +109,7 @@ from ..parallel import SpaceLimits
 from ..planner import plan
 from ..presets.clusters import CLUSTERS
 from ..report.progress import Progress
-from ..specs import FRAMEWORKS, MOE_DISPATCHERS, OVERLAP_SWITCHES
+from ..specs import FP8_RECIPES, FRAMEWORKS, MOE_DISPATCHERS, OFFLOAD_HANDLERS, OVERLAP_SWITCHES
 from ..units import GiB
 from .journal import (
     Journal,
@@ -128,7 +129,10 @@ from .sweep_pool import WorkerDied, check_scheduler, cpu_count, iter_dask, iter_
 
 _GRID_KEYS = {"models", "clusters", "bandwidth_multipliers", "oversubscription", "memory_GiB",
               "jobs", "limits", "price_per_device_hour", "plot", "name"}
-_JOB_KEYS = {"global_batch", "seq_len", "dtype", "framework", "moe_dispatcher", *OVERLAP_SWITCHES}
+_JOB_CHOICES = {"dtype": ("bf16", "fp16", "fp8", "fp32"), "framework": FRAMEWORKS, "moe_dispatcher": MOE_DISPATCHERS,
+                "fp8_recipe": FP8_RECIPES, "activation_offload_handler": OFFLOAD_HANDLERS}
+"""The grid's job keys that name one of a few values (``JobSpec`` fields of the same names)."""
+_JOB_KEYS = {"global_batch", "seq_len", *_JOB_CHOICES, *OVERLAP_SWITCHES}
 
 MAX_SCENARIOS = 1_000_000
 """Most scenarios one grid may expand to (a million plans is hours of CPU; beyond that a
@@ -280,14 +284,9 @@ def expand_grid(grid, framework: str | None = None) -> list[Scenario]:
         for key in ("global_batch", "seq_len"):
             if key in job:
                 _number(job[key], f"grid.jobs[{j}].{key}", integer=True)
-        if "dtype" in job and job["dtype"] not in ("bf16", "fp16", "fp8", "fp32"):
-            raise SpecError(f"grid.jobs[{j}].dtype = {short_repr(job['dtype'])}: must be one of bf16, fp16, fp8, fp32")
-        if "framework" in job and job["framework"] not in FRAMEWORKS:
-            raise SpecError(f"grid.jobs[{j}].framework = {short_repr(job['framework'])}: must be one of "
-                            f"{', '.join(FRAMEWORKS)}")
-        if "moe_dispatcher" in job and job["moe_dispatcher"] not in MOE_DISPATCHERS:
-            raise SpecError(f"grid.jobs[{j}].moe_dispatcher = {short_repr(job['moe_dispatcher'])}: must be one of "
-                            f"{', '.join(MOE_DISPATCHERS)}")
+        for key, choices in _JOB_CHOICES.items():
+            if key in job and job[key] not in choices:
+                raise SpecError(f"grid.jobs[{j}].{key} = {short_repr(job[key])}: must be one of {', '.join(choices)}")
         for key in OVERLAP_SWITCHES:
             if key in job and not isinstance(job[key], bool):
                 raise SpecError(f"grid.jobs[{j}].{key} = {short_repr(job[key])}: must be true or false")
@@ -411,6 +410,8 @@ def build_inputs(params: dict):
         job = job_spec(model, global_batch=spec.get("global_batch"), seq_len=spec.get("seq_len"),
                        dtype=spec.get("dtype", "bf16"), framework=spec.get("framework", "any"),
                        moe_dispatcher=spec.get("moe_dispatcher", "alltoall"),
+                       fp8_recipe=spec.get("fp8_recipe", "delayed"),
+                       activation_offload_handler=spec.get("activation_offload_handler", "v1"),
                        **{key: spec[key] for key in OVERLAP_SWITCHES if key in spec})
     return model, cluster, job
 
@@ -435,7 +436,7 @@ def _flat_params(params: dict) -> dict:
     job = params.get("job") or {}
     row["global_batch"] = job.get("global_batch")
     row["seq_len"] = job.get("seq_len")
-    for key in ("dtype", "framework", "moe_dispatcher"):
+    for key in _JOB_CHOICES:
         if key in job:
             row[key] = job[key]
     for key in OVERLAP_SWITCHES:
@@ -523,7 +524,7 @@ def _resume_command(grid, out, *, framework, workers, scheduler, dask_local, qui
 
 
 _TABLE_COLUMNS = frozenset({"id", "model", "cluster", "devices", "memory_GiB", "global_batch", "seq_len",
-                            "dtype", "framework", "moe_dispatcher", *OVERLAP_SWITCHES, "status", "reason",
+                            *_JOB_CHOICES, *OVERLAP_SWITCHES, "status", "reason",
                             *PLAN_FIELDS, *RESULT_FIELDS, "cost_per_Mtoken"})
 
 
