@@ -41,15 +41,7 @@ from .schedule.step import batch_step_s
 from .schedule.tasks import BatchTasks
 from .search import diagnose
 from .search.problems import ends_of, problem
-from .search.search import (
-    EVERY_DEVICE_NONE,
-    SearchOutcome,
-    check_ranking,
-    framework_split,
-    polish,
-    polish_split,
-    search,
-)
+from .search.search import NoFullUse, SearchOutcome, check_ranking, framework_split, polish, polish_split, search
 from .search.space import check_tp, model_recompute_modes
 from .specs import ClusterSpec, JobSpec, ModelSpec
 
@@ -125,13 +117,13 @@ def _idle_reason(scn: Scenario, limits: SpaceLimits, engine: str, threads: int |
     devices = scn.cluster.num_devices
     try:
         full = _searched_plan(scn, limits, engine, threads, ranking, time.perf_counter(), every_device=True)
-    except InfeasibleError as error:
-        if str(error) != EVERY_DEVICE_NONE:
-            return str(error)  # some configurations use every device; none of them fits
+    except NoFullUse as error:
         batch = "" if scn.job.uneven_batch else f", dp dividing the global batch {scn.job.global_batch}"
         within = "" if limits == SpaceLimits() else ", within the limits"
         return (f"{error} (tp x cp x pp x dp = {devices}{batch}, pp at most the model's {scn.num_nodes} "
                 f"pipeline nodes{within})")
+    except InfeasibleError as error:  # some configurations use every device; none of them fits
+        return str(error)
     p = full.parallelism
     slower = full.step_time_s / best.step_time_s - 1
     return (f"the fastest plan using all {devices} (TP {p['tp']} PP {p['pp']} DP {p['dp']} CP {p['cp']} "

@@ -21,8 +21,8 @@ recipe but delayed (``megatron/core/transformer/attention.py`` ``Attention.__ini
 ``multi_latent_attention.py`` and ``moe/shared_experts.py``: ``fp8_recipe != 'delayed'``,
 TE >= 2.6): the attention's output projection and the shared experts' fc1 then keep the
 16-bit input another module already keeps, not an FP8 copy (TE ``module/linear.py``
-``_linear_forward``: ``if save_original_input: inputmat = inp``). ``JobSpec`` has no
-recipe yet: the job's ``fp8_recipe`` attribute when it has one, else ``delayed``.
+``_linear_forward``: ``if save_original_input: inputmat = inp``). The job's recipe is
+``JobSpec.fp8_recipe``, default ``delayed``.
 
 Attention (``TELayerNormColumnParallelLinear`` + ``TEDotProductAttention`` +
 ``TERowParallelLinear``):
@@ -99,7 +99,7 @@ import numpy as np
 
 from ..errors import SpecError
 from ..parallel import RECOMPUTE_MODES, ConfigArrays, recompute_modules
-from ..specs import FP8_RECIPES, OFFLOAD_HANDLERS, JobSpec, ModelSpec
+from ..specs import JobSpec, ModelSpec
 from .model import attention_shape
 
 SMALL_NUMEL = 256 * 1024
@@ -109,24 +109,16 @@ v2.18: "Only offload tensors with at least 256k elements")."""
 
 class Activations:
     """Saved bytes of the node kinds of one model and job, for many configurations at
-    once (see the module docstring for every term). ``fp8_recipe`` and ``offload_handler``
-    default to the job's attributes of those names when it has them (``JobSpec`` has
-    neither yet), else ``delayed`` and ``v1``."""
+    once (see the module docstring for every term); the job's ``fp8_recipe`` and
+    ``activation_offload_handler`` say which FP8 copies and which offload it prices."""
 
-    def __init__(self, model: ModelSpec, job: JobSpec, fp8_recipe: str | None = None,
-                 offload_handler: str | None = None):
+    def __init__(self, model: ModelSpec, job: JobSpec):
         self.model, self.job = model, job
         self.e = 4 if job.dtype == "fp32" else 2
         self.q = 1 if job.dtype == "fp8" else self.e
         self.attn = attention_shape(model)
         self.stats = 4 if model.norm == "rmsnorm" else 8
-        self.fp8_recipe = fp8_recipe or getattr(job, "fp8_recipe", None) or "delayed"
-        self.offload_handler = offload_handler or getattr(job, "activation_offload_handler", None) or "v1"
-        if self.fp8_recipe not in FP8_RECIPES:
-            raise SpecError(f"fp8_recipe = {self.fp8_recipe!r}: must be one of {', '.join(FP8_RECIPES)}")
-        if self.offload_handler not in OFFLOAD_HANDLERS:
-            raise SpecError(f"activation_offload_handler = {self.offload_handler!r}: must be one of "
-                            f"{', '.join(OFFLOAD_HANDLERS)}")
+        self.fp8_recipe, self.offload_handler = job.fp8_recipe, job.activation_offload_handler
         # an FP8 copy of the input where Megatron sets save_original_input for every recipe but delayed
         self.fp8_copy = job.dtype == "fp8" and self.fp8_recipe == "delayed"
 

@@ -391,6 +391,10 @@ def check_ranking(ranking: str) -> None:
         raise SpecError(f"ranking = {ranking!r}: must be one of {', '.join(RANKINGS)}")
 
 
+class NoFullUse(InfeasibleError):
+    """``search(every_device=True)`` found no configuration at all that uses every device."""
+
+
 EVERY_DEVICE_NONE = "no configuration uses every device"
 EVERY_DEVICE_UNFIT = "no configuration that uses every device fits in memory"
 
@@ -410,9 +414,13 @@ def search(scn: Scenario, limits: SpaceLimits = SpaceLimits(), engine: str = "cp
     asked = limits
     space = PartialSpace(scn.model, scn.cluster, scn.job, scn.num_nodes, limits, every_device)
     limits = space.limits  # what the target framework has of the user's limits
-    empty = EVERY_DEVICE_NONE if every_device else diagnose.empty_space_message(scn, asked)
+
+    def empty() -> InfeasibleError:
+        return NoFullUse(EVERY_DEVICE_NONE) if every_device else InfeasibleError(
+            diagnose.empty_space_message(scn, asked))
+
     if not len(space.configs):
-        raise InfeasibleError(empty)
+        raise empty()
     table = scn.config_table(space.configs, space.config_arrays)
     orders = limits.orders()
     state = None
@@ -422,7 +430,7 @@ def search(scn: Scenario, limits: SpaceLimits = SpaceLimits(), engine: str = "cp
         # whose lb1 does not exceed the best score (widened by its margin).
         found = _Pass(scn, table, space, orders, low, INF if state is None else state.widest_limit, by)
         if found.count == 0:
-            raise InfeasibleError(empty)
+            raise empty()
         if state is None:
             state = _Search(scn, table, found.partials, found.numbers, limits, engine, threads, by)
             state.offload_when_needed = offload_asked is None

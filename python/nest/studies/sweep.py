@@ -109,7 +109,7 @@ from ..parallel import SpaceLimits
 from ..planner import plan
 from ..presets.clusters import CLUSTERS
 from ..report.progress import Progress
-from ..specs import FP8_RECIPES, FRAMEWORKS, MOE_DISPATCHERS, OFFLOAD_HANDLERS, OVERLAP_SWITCHES
+from ..specs import DTYPE_BYTES, FP8_RECIPES, FRAMEWORKS, MOE_DISPATCHERS, OFFLOAD_HANDLERS, OVERLAP_SWITCHES
 from ..units import GiB
 from .journal import (
     Journal,
@@ -129,7 +129,7 @@ from .sweep_pool import WorkerDied, check_scheduler, cpu_count, iter_dask, iter_
 
 _GRID_KEYS = {"models", "clusters", "bandwidth_multipliers", "oversubscription", "memory_GiB",
               "jobs", "limits", "price_per_device_hour", "plot", "name"}
-_JOB_CHOICES = {"dtype": ("bf16", "fp16", "fp8", "fp32"), "framework": FRAMEWORKS, "moe_dispatcher": MOE_DISPATCHERS,
+_JOB_CHOICES = {"dtype": tuple(DTYPE_BYTES), "framework": FRAMEWORKS, "moe_dispatcher": MOE_DISPATCHERS,
                 "fp8_recipe": FP8_RECIPES, "activation_offload_handler": OFFLOAD_HANDLERS}
 """The grid's job keys that name one of a few values (``JobSpec`` fields of the same names)."""
 _JOB_KEYS = {"global_batch", "seq_len", *_JOB_CHOICES, *OVERLAP_SWITCHES}
@@ -408,11 +408,7 @@ def build_inputs(params: dict):
     if params.get("job"):
         spec = params["job"]
         job = job_spec(model, global_batch=spec.get("global_batch"), seq_len=spec.get("seq_len"),
-                       dtype=spec.get("dtype", "bf16"), framework=spec.get("framework", "any"),
-                       moe_dispatcher=spec.get("moe_dispatcher", "alltoall"),
-                       fp8_recipe=spec.get("fp8_recipe", "delayed"),
-                       activation_offload_handler=spec.get("activation_offload_handler", "v1"),
-                       **{key: spec[key] for key in OVERLAP_SWITCHES if key in spec})
+                       **{key: spec[key] for key in (*_JOB_CHOICES, *OVERLAP_SWITCHES) if key in spec})
     return model, cluster, job
 
 
