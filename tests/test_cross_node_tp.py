@@ -83,7 +83,9 @@ def test_tp_overlap_follows_the_placement_not_the_degree(preset):
     for order, hidden in (("tp-cp-ep-dp-pp", True), ("dp-tp-cp-ep-pp", False)):
         on = nest.evaluate("gpt-7.5b", cluster, overlap, rank_order=order, **config).breakdown_s["tp_comm"]
         off = nest.evaluate("gpt-7.5b", cluster, plain, rank_order=order, **config).breakdown_s["tp_comm"]
-        assert (on < 0.2 * off) if hidden else (on == off)
+        # hidden: one of 8 ring-exchange chunks and one of 4 pipeline chunks of each
+        # half, plus the pipeline's 16 SMs over the rest (TE initialize_ub)
+        assert (on < 0.3 * off) if hidden else (on == off)
 
 
 def test_tp_overlap_needs_a_shared_host_on_graphs():

@@ -324,7 +324,8 @@ def test_suggested_device_count_is_the_smallest_the_framework_fits_on():
         nest.plan("llama2-70b", nest.load_cluster("dgx-a100", devices=8), jobspec)
     assert "smallest changes that fit: 16 devices (the cluster has 8)" in str(error.value)
     plan = nest.plan("llama2-70b", nest.load_cluster("dgx-a100", devices=16), jobspec)
-    assert plan.devices_used == 16 and plan.parallelism["pp"] == 1
+    # the fastest plan there may pipeline, but then without ZeRO-2/3 (DeepSpeed's rule)
+    assert plan.devices_used == 16 and (plan.parallelism["pp"] == 1 or plan.parallelism["zero"] <= 1)
 
 
 def test_torchtitan_jobs_overlap_the_gradient_reduction_by_default():

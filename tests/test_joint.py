@@ -79,7 +79,9 @@ def test_context_parallel_ring_volume():
 @pytest.mark.parametrize("cluster_name,exposed", [("dgx-a100", False), ("h100-spineleaf", True)])
 def test_zero3_gathers_weights_every_micro_batch(cluster_name, exposed):
     """ZeRO-3 all-gathers each node's weights forward and backward and reduce-scatters its
-    gradients, per micro-batch; only what the node's own compute cannot hide is exposed."""
+    gradients, per micro-batch; what the node's own compute cannot hide is exposed, and
+    the hidden rest costs the 16 SMs NCCL's ring channels hold (of 108 on A100, 132 on
+    H100)."""
     model = MODELS["llama2-7b"]
     cluster = CLUSTERS[cluster_name].sized(64)
     scn = Scenario(model, cluster, JobSpec(global_batch=64, seq_len=4096))
@@ -91,8 +93,10 @@ def test_zero3_gathers_weights_every_micro_batch(cluster_name, exposed):
     group = priced.places[0].dense_dp
     gather = group.all_gather(2 * cost.params_dense)
     reduce = group.reduce_scatter(4 * cost.params_dense)
+    share = 16 / {"dgx-a100": 108, "h100-spineleaf": 132}[cluster_name]
     expected = max(0.0, gather - cost.fwd_s) + max(0.0, gather + reduce - cost.bwd_s)
-    assert priced.times.dp[0, scn.kind_list.index("block")] == pytest.approx(expected, rel=1e-12)
+    hidden = min(gather, cost.fwd_s) + min(gather + reduce, cost.bwd_s)
+    assert priced.times.dp[0, scn.kind_list.index("block")] == pytest.approx(expected + share * hidden, rel=1e-12)
     # NVLink + 25 GB/s per GPU hides a Llama-2-7B layer's traffic; a 12.5 GiB/s leaf does not
     assert (expected > 0) == exposed
     # the closed form of the volume: (n-1)/n of the weights per rank over the slowest link

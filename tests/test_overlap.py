@@ -60,16 +60,43 @@ def test_exposed_sync_by_hand():
     assert sync_exposed(3.0, 2.0, 1.5, 1.0, JobSpec(global_batch=8, seq_len=128)) == 5.0
 
 
-def test_tp_overlap_exposes_one_chunk_or_the_excess_over_compute():
+def test_tp_overlap_exposes_one_chunk_of_each_method_and_the_sms_it_holds():
+    """TE's userbuffers (v2.7 initialize_ub): half of the collectives ring-exchange in
+    tp = 8 chunks, half pipeline in 4 chunks on 16 of the A100's 108 SMs; each half
+    meets half the node's compute."""
     off, _ = _scenario()
     on, _ = _scenario(tp_comm_overlap=True)
     cand = _candidate(off)
     before, after = price_candidate(off, cand), price_candidate(on, cand)
     for k, kind in enumerate(off.kind_list):
-        tp = before.times.tp[0, k]
-        assert after.times.tp[0, k] == max(tp / 8, tp - before.col("compute_s")[0, k]), kind
+        tp, compute = before.times.tp[0, k], before.col("compute_s")[0, k]
+        ring = max(tp / 2 / 8, tp / 2 - compute / 2)
+        pipeline = max(tp / 2 / 4, tp / 2 - compute / 2)
+        assert after.times.tp[0, k] == pytest.approx(ring + pipeline + 16 / 108 * (tp / 2 - pipeline), rel=1e-12)
         assert after.times.tp[0, k] < tp or tp == 0
         assert after.times.compute[0, k] == before.times.compute[0, k]
+
+
+def test_hidden_collectives_cost_the_sms_they_hold():
+    """A gradient reduce-scatter hidden behind the backward costs the 16 SMs of NCCL's
+    ring channels (of 108 on A100) over the time it hides; the excess is exposed."""
+    job = JobSpec(global_batch=8, seq_len=128, overlap_grad_reduce=True, overlap_param_gather=True)
+    share = 16 / 108
+    assert sync_exposed(3.0, 2.0, 1.0, 1.0, job, share) == pytest.approx(2.0 + share * 1.0 + 1.0 + share * 1.0)
+    assert sync_exposed(0.5, 0.0, 1.0, 1.0, job, share) == pytest.approx(share * 0.5)
+    scn, _ = _scenario()
+    cand = replace(_candidate(scn), zero=3)
+    k = scn.kind_list.index("block")
+    with_sms = price_candidate(scn, cand)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("nest.cost.pricing.NCCL_COMM_SMS", 10**6)  # more SMs than the device: free
+        free = price_candidate(scn, cand)
+    fwd = with_sms.col("fwd_s")[0, k]
+    # ZeRO-3's prefetched gather outlasts the forward (two replicas across nodes): the
+    # excess is exposed either way, and holding 16 SMs it costs their share of the forward
+    assert free.times.dp_forward[0, k] > 0
+    assert with_sms.times.dp_forward[0, k] - free.times.dp_forward[0, k] == pytest.approx(share * fwd, rel=1e-9)
+    assert with_sms.times.compute[0, k] == free.times.compute[0, k]
 
 
 def test_dp_sync_weights_equal_the_schedules_end_tasks():

@@ -11,7 +11,10 @@ non-negative numbers and ``max(0, .)``.
 Overlap assumptions (:func:`kind_times`): ring-attention transfers hide behind the
 attention core of the same pass; ZeRO-2 reduce-scatters a node's gradients during its
 backward and ZeRO-3 gathers its weights during the previous node's compute (prefetch), so
-only the excess over the node's own compute is exposed. TP and EP collectives are on the
+only the excess over the node's own compute is exposed. A hidden collective is not free:
+its kernels hold SMs the compute then lacks (:data:`NCCL_COMM_SMS`, Transformer Engine's
+:data:`TE_OVERLAP_SMS`), so the compute loses that share of the time it overlaps
+(:func:`hidden_cost`). TP and EP collectives are on the
 critical path (Megatron's defaults); with ``job.tp_comm_overlap`` the TP ones of groups
 inside one NVLink domain (the innermost tier) are exposed as :func:`tp_exposed`, and with
 ``job.overlap_moe_expert_parallel_comm`` the EP ones where Megatron overlaps them
@@ -40,11 +43,52 @@ OPTIMIZER_KERNELS = 4
 """Launches of a fused multi-tensor optimizer step (its fixed cost)."""
 
 
-def tp_exposed(tp_s, degree, compute_s):
-    """Exposed tensor-parallel communication under ``job.tp_comm_overlap``: each
-    collective split into ``degree`` chunks pipelined with the compute they feed, so one
-    chunk stays exposed, and no more hides than the node's compute lasts."""
-    return np.maximum(tp_s / degree, tp_s - compute_s)
+NCCL_COMM_SMS = 16
+"""SMs one NCCL collective between nodes holds while it runs: NCCL runs one CTA per
+channel, and a ring's channels are its search channels (one per NIC of an 8-NIC server)
+doubled (NCCL master 5067397 src/graph/connect.cc ``ncclTopoPostset``: "Duplication should
+be complete now", ``nChannels * 2``), on sm90 at least 16 ("Use 4 compute channels per
+search channel")."""
+
+TE_OVERLAP_SMS = 16
+"""SMs Transformer Engine's userbuffers give the communication of a ``pipeline`` or
+``bulk`` TP overlap, taken from the GEMM it overlaps (TE v2.7
+transformer_engine/pytorch/module/base.py ``initialize_ub.get_default_config``:
+``num_sm`` 16, ``set_sm_margin``; ``ring_exchange`` uses 1)."""
+
+TE_PIPELINE_SPLITS = 4
+"""Chunks of a ``pipeline`` TP overlap (``num_splits`` 4; ``ring_exchange`` splits into
+``tp`` chunks; same source)."""
+
+
+def sm_share(scn: Scenario, sms: int) -> float:
+    """The share of the device's SMs ``sms`` communication kernels take (0 on devices
+    without an SM count)."""
+    total = scn.kernels.curve.sms
+    return sms / total if total > sms else 0.0
+
+
+def hidden_cost(comm_s, exposed_s, share: float):
+    """Seconds an overlapped collective adds: its exposed part plus the ``share`` of SMs
+    it holds over the time it hides (``comm_s - exposed_s``), which the compute it
+    overlaps loses. Non-decreasing in ``comm_s`` whenever ``exposed_s`` is."""
+    return exposed_s + share * (comm_s - exposed_s)
+
+
+def tp_exposed(tp_s, degree, compute_s, share: float = 0.0):
+    """Exposed tensor-parallel communication under ``job.tp_comm_overlap``, as Transformer
+    Engine's userbuffers run it (TE v2.7 module/base.py ``initialize_ub``): half of a
+    layer's collectives (the all-gathers before the QKV and FC1 GEMMs, the data-gradient
+    ones of the output projections) are ``ring_exchange`` overlaps split into ``degree``
+    chunks on the copy engines, the other half (the reduce-scatters after the output
+    projections, the bulk overlaps of the backward) ``pipeline`` or ``bulk`` overlaps in
+    :data:`TE_PIPELINE_SPLITS` chunks whose communication holds ``share`` of the SMs.
+    Each half overlaps half of the node's compute; one chunk of each stays exposed and
+    no more hides than that compute lasts."""
+    half, compute = tp_s / 2, compute_s / 2
+    ring = np.maximum(half / degree, half - compute)
+    pipeline = np.maximum(half / TE_PIPELINE_SPLITS, half - compute)
+    return ring + hidden_cost(half, pipeline, share)
 
 
 EP_COMM_SMS = 20
@@ -100,22 +144,28 @@ def unpaired_share(scn: Scenario, table: ConfigTable, cands: CandidateArrays) ->
     return warmup(0, cands.pp, cands.vp, micro, 1) / (micro * cands.vp)
 
 
-def reduce_exposed(reduce_s, bwd_s, job: JobSpec):
-    """A node's gradient reduction beyond its backward under ``job.overlap_grad_reduce``,
-    else all of it."""
-    return np.maximum(0.0, reduce_s - bwd_s) if job.overlap_grad_reduce else reduce_s
+def behind(comm_s, compute_s, share: float):
+    """A collective overlapped with ``compute_s``: the excess exposed, the rest costing
+    its ``share`` of the SMs (:func:`hidden_cost`)."""
+    return hidden_cost(comm_s, np.maximum(0.0, comm_s - compute_s), share)
 
 
-def gather_exposed(gather_s, fwd_s, job: JobSpec):
-    """A node's weight all-gather beyond its forward under ``job.overlap_param_gather``,
-    else all of it."""
-    return np.maximum(0.0, gather_s - fwd_s) if job.overlap_param_gather else gather_s
+def reduce_exposed(reduce_s, bwd_s, job: JobSpec, share: float = 0.0):
+    """A node's gradient reduction beyond its backward under ``job.overlap_grad_reduce``
+    (and the SMs it holds while hidden: ``share``), else all of it."""
+    return behind(reduce_s, bwd_s, share) if job.overlap_grad_reduce else reduce_s
 
 
-def sync_exposed(reduce_s, gather_s, fwd_s, bwd_s, job: JobSpec):
+def gather_exposed(gather_s, fwd_s, job: JobSpec, share: float = 0.0):
+    """A node's weight all-gather beyond its forward under ``job.overlap_param_gather``
+    (and the SMs it holds while hidden: ``share``), else all of it."""
+    return behind(gather_s, fwd_s, share) if job.overlap_param_gather else gather_s
+
+
+def sync_exposed(reduce_s, gather_s, fwd_s, bwd_s, job: JobSpec, share: float = 0.0):
     """Exposed end-of-step data-parallel collectives of one node: :func:`reduce_exposed`
     plus :func:`gather_exposed`."""
-    return reduce_exposed(reduce_s, bwd_s, job) + gather_exposed(gather_s, fwd_s, job)
+    return reduce_exposed(reduce_s, bwd_s, job, share) + gather_exposed(gather_s, fwd_s, job, share)
 
 
 @dataclass(frozen=True)
@@ -163,7 +213,7 @@ def kind_times(scn: Scenario, table: ConfigTable, cands: CandidateArrays, terms:
         # collectives of a group that leaves it stay exposed
         degree = one(table.arrays.tp[cands.config])
         hidden = (degree > 1) & (one(terms.tp_inner) > 0)
-        tp = np.where(hidden, tp_exposed(tp, degree, col("compute_s")), tp)
+        tp = np.where(hidden, tp_exposed(tp, degree, col("compute_s"), sm_share(scn, TE_OVERLAP_SMS)), tp)
     lat, per_byte = one(terms.cp_ring[0]), one(terms.cp_ring[1])
     cp_degree = one(table.arrays.cp[cands.config])
     steps_fwd, steps_bwd = col("cp_steps_fwd"), col("cp_steps_bwd")
@@ -183,8 +233,7 @@ def kind_times(scn: Scenario, table: ConfigTable, cands: CandidateArrays, terms:
         alone = one(unpaired_share(scn, table, cands))
         # while a hidden all-to-all runs, compute has EP_COMM_SMS fewer SMs: it loses
         # that share of the hidden time (devices without an SM count: none)
-        sms = scn.kernels.curve.sms
-        contention = EP_COMM_SMS / sms if sms > EP_COMM_SMS else 0.0
+        contention = sm_share(scn, EP_COMM_SMS)
         exposed = pair + alone * (ep - pair) + (1 - alone) * (ep - pair) * contention
         ep = np.where(one(overlapped) & (ep > 0), exposed, ep)
     # the compute stream's waits for activation-offload copies (nest.cost.activation_offload)
@@ -201,11 +250,15 @@ def kind_times(scn: Scenario, table: ConfigTable, cands: CandidateArrays, terms:
         three = zero == 3
         gather = np.where(three, reduce_scatter_s(da, db, wb * dense) + reduce_scatter_s(ea, eb, wb * expert), 0.0)
         full = one(table.arrays.recompute[cands.config] == RECOMPUTE_MODES.index("full"))
-        dp_forward = np.where(three, np.maximum(0.0, gather - col("fwd_s")), 0.0)
-        dp_recompute = np.where(three & full, np.maximum(0.0, gather - col("recompute_s")), 0.0)
+        # ZeRO-3 prefetches a node's weights during the previous node's compute and
+        # reduce-scatters its gradients during its backward: NCCL collectives between
+        # the data-parallel ranks, holding their SMs while they hide
+        share = sm_share(scn, NCCL_COMM_SMS)
+        dp_forward = np.where(three, behind(gather, col("fwd_s"), share), 0.0)
+        dp_recompute = np.where(three & full, behind(gather, col("recompute_s"), share), 0.0)
         dp = 0.0 + dp_forward
         dp = dp + dp_recompute
-        dp = dp + np.maximum(0.0, gather + reduce - col("bwd_s"))
+        dp = dp + behind(gather + reduce, col("bwd_s"), share)
         dp = np.where(zero >= 2, dp, 0.0)
         total = total + dp
     return KindTimes(compute, tp, cp, ep, dp, total, cp_forward, dp_forward, dp_recompute, offload, offload_forward)
@@ -279,7 +332,7 @@ def sync_weights(scn: Scenario, table: ConfigTable, cands: CandidateArrays, sync
         return _per_node(params, sync, "")
     col = lambda name: table.cols[name][cands.config]  # noqa: E731
     exposed = sync_exposed(_per_node(params, sync, "_reduce"), _per_node(params, sync, "_gather"),
-                           col("fwd_s"), col("bwd_s"), scn.job)
+                           col("fwd_s"), col("bwd_s"), scn.job, sm_share(scn, NCCL_COMM_SMS))
     return _per_node(params, sync, "_optimizer") + exposed
 
 
@@ -289,8 +342,9 @@ def sync_parts(scn: Scenario, table: ConfigTable, cands: CandidateArrays, sync: 
     step, in seconds (latency terms, ``fixed_s``, left out)."""
     params = _params(table, cands)
     col = lambda name: table.cols[name][cands.config]  # noqa: E731
-    reduce = reduce_exposed(_per_node(params, sync, "_reduce"), col("bwd_s"), scn.job)
-    gather = gather_exposed(_per_node(params, sync, "_gather"), col("fwd_s"), scn.job)
+    share = sm_share(scn, NCCL_COMM_SMS)
+    reduce = reduce_exposed(_per_node(params, sync, "_reduce"), col("bwd_s"), scn.job, share)
+    gather = gather_exposed(_per_node(params, sync, "_gather"), col("fwd_s"), scn.job, share)
     return np.stack(np.broadcast_arrays(reduce, gather, _per_node(params, sync, "_optimizer")), axis=2)
 
 
