@@ -70,9 +70,24 @@ def test_fp8_kernels_keep_attention_and_batched_matmuls_in_16_bits():
     assert fp8.attention(1e12) == bf16.attention(1e12)
     assert fp8.bmm(2048, 2048, 128, 64) == bf16.bmm(2048, 2048, 128, 64)
     assert fp8.gemm(8192, 8192, 8192) < bf16.gemm(8192, 8192, 8192)
-    # the FP8 cast of the activation operand is charged (4 bytes per element)
-    no_cast = fp8.gemm(8192, 8192, 8192) - (8192 * 8192 * 4 / fp8.memory_rate + fp8.overhead)
-    assert no_cast < fp8.gemm(8192, 8192, 8192)
+
+
+def test_fp8_quantization_by_recipe_and_architecture():
+    """TE's quantizers (v2.7/v2.18 quantizer.cpp): delayed scaling casts with a known
+    scale (read 2, write FP8 1 + its transpose 1 on Hopper; 2 launches), current scaling
+    adds an amax pass (2 more bytes, 3 launches); Blackwell keeps no transpose."""
+    m, n, k = 8192, 4096, 8192
+    for device, recipe, nbytes, launches in ((H100, "delayed", 4, 2), (H100, "tensorwise", 6, 3),
+                                             (DEVICES["b200"], "delayed", 3, 2), (DEVICES["b200"], "tensorwise", 5, 3),
+                                             (DEVICES["gb200"], "delayed", 3, 2)):
+        km = KernelModel(device, 1, device.peak_flops("fp8"), recipe)
+        bare = KernelModel(device, 1, device.peak_flops("fp8"), recipe)
+        bare.cast_bytes = bare.cast_launches = 0
+        assert km.gemm(m, n, k) - bare.gemm(m, n, k) == pytest.approx(
+            m * k * nbytes / km.memory_rate + launches * km.overhead, rel=1e-12), (device.name, recipe)
+    # BF16 GEMMs quantize nothing, and the recipe does not matter to them
+    assert KernelModel(H100, 2, H100.peak_flops("bf16"), "tensorwise").gemm(m, n, k) == \
+        KernelModel(H100, 2, H100.peak_flops("bf16")).gemm(m, n, k)
 
 
 def test_attention_backward_is_slower_per_flop_than_forward():

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..specs import DeviceSpec
-from .efficiency import device_efficiency, gemm_fraction
+from .efficiency import device_efficiency, fp8_quantize, gemm_fraction
 
 FLASH_BACKWARD_FACTOR = 2.5
 """Fused attention backward recomputes the scores: 2.5x the forward FLOPs (FlashAttention-2)."""
@@ -27,9 +27,9 @@ FLASH_BACKWARD_FACTOR = 2.5
 
 class KernelModel:
     """Prices kernels for one device and training dtype (``dtype_bytes`` 1 is FP8 GEMMs
-    with 16-bit activations, 2 is BF16/FP16, 4 is FP32)."""
+    with 16-bit activations under ``fp8_recipe``, 2 is BF16/FP16, 4 is FP32)."""
 
-    def __init__(self, device: DeviceSpec, dtype_bytes: int, peak_flops: float):
+    def __init__(self, device: DeviceSpec, dtype_bytes: int, peak_flops: float, fp8_recipe: str = "delayed"):
         curve = device_efficiency(device)
         self.device = device
         self.dtype_bytes = dtype_bytes
@@ -42,7 +42,7 @@ class KernelModel:
         self.bmm_rate = act_peak * gemm_fraction(device, act_bytes)
         self.wave_elements = curve.wave_elements
         self.wave_tail = curve.wave_tail
-        self.cast_bytes = curve.fp8_cast_bytes if dtype_bytes == 1 else 0.0
+        self.cast_bytes, self.cast_launches = fp8_quantize(curve, fp8_recipe) if dtype_bytes == 1 else (0.0, 0)
         self.act_bytes = act_bytes
         self.attention_rate = act_peak * device.attention_efficiency
         self.attention_backward_rate = self.attention_rate * curve.attention_backward_ratio
@@ -67,7 +67,7 @@ class KernelModel:
         """``[m, k] x [k, n]`` in the training dtype (FP8: plus the cast of ``[m, k]``)."""
         time = self._matmul(m, n, k, 1, self.compute_rate, self.dtype_bytes, self.out_bytes)
         if self.cast_bytes:
-            time = time + (m * k * self.cast_bytes / self.memory_rate + self.overhead)
+            time = time + (m * k * self.cast_bytes / self.memory_rate + self.cast_launches * self.overhead)
         return time
 
     # -- 16-bit matmuls: attention scores and values without fusion (batched), the output

@@ -48,12 +48,17 @@ Transformer Engine); :meth:`nest.cost.compute.KernelModel.bmm` prices them.
 FP8. NeMo and Megatron run the linear layers' GEMMs in FP8 with Transformer Engine and
 everything else (attention, norms, activations, communication) in BF16
 (``--dtype fp8`` means exactly that here). Each FP8 GEMM first quantizes its activation
-operand: the cast reads the BF16 tensor and writes an FP8 copy plus the FP8 transpose
-the Hopper tensor cores need for the weight-gradient GEMM, 2 + 1 + 1 = 4 bytes per
-element (Transformer Engine documentation, "Using FP8 with Transformer Engine",
-https://docs.nvidia.com/deeplearning/transformer-engine/user-guide/examples/fp8_primer.html);
-FP8 weight copies are cached across the micro-batches of a step (``is_first_microbatch``)
-and are not charged.
+operand (:func:`fp8_quantize`, by recipe; TE v2.7 and v2.18
+``transformer_engine/pytorch/csrc/quantizer.cpp``): the cast reads the BF16 tensor and
+writes an FP8 copy plus, on Hopper, the FP8 transpose its TN-only tensor cores need for
+the weight-gradient GEMM, 2 + 1 + 1 = 4 bytes per element; Blackwell runs non-TN FP8
+GEMMs (``nvte_is_non_tn_fp8_gemm_supported``) and keeps only the row-wise copy, 3 bytes.
+Delayed scaling casts with the stored scale in one fused ``cast_transpose`` (plus the
+scale's reciprocal, ``Float8Quantizer::create_tensor``: 2 launches); per-tensor current
+scaling (``tensorwise``, ``Float8CurrentScalingQuantizer::quantize_impl``) first reads
+the tensor for its amax, then computes the scale, then casts: 2 more bytes per element,
+3 launches. FP8 weight copies are cached across the micro-batches of a step
+(``is_first_microbatch``) and are not charged.
 
 Fused attention runs at ``attention_efficiency`` of the 16-bit peak forward (FLOPs of
 causal attention counted at half, the FlashAttention convention) and at
@@ -85,8 +90,17 @@ WAVE_SOURCE = ("NVIDIA Matrix Multiplication Background User's Guide, wave quant
                "https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/index.html")
 
 FP8_CAST_BYTES = 4.0
-"""Bytes moved per element of the activation operand when an FP8 GEMM quantizes it: read
-BF16 (2), write FP8 (1) and its FP8 transpose (1)."""
+"""Bytes moved per element of the activation operand when an FP8 GEMM quantizes it with
+a known scale on Hopper: read BF16 (2), write FP8 (1) and its FP8 transpose (1)."""
+
+BLACKWELL_FP8_CAST_BYTES = 3.0
+"""The same on Blackwell, whose FP8 GEMMs take non-transposed operands: no transpose."""
+
+AMAX_PASS_BYTES = 2.0
+"""The extra read of the BF16 operand per element that current scaling's amax takes."""
+
+FP8_QUANTIZE_LAUNCHES = {"delayed": 2, "tensorwise": 3}
+"""Kernels one FP8 quantization launches, by recipe (see the module docstring)."""
 
 WAVE_TAIL = 0.5
 """Average idle fraction of the last wave, in waves (see the module docstring)."""
@@ -129,12 +143,17 @@ DEVICE_EFFICIENCY: dict[str, DeviceEfficiency] = {
     "a100-80gb": DeviceEfficiency(108, 256, 128, 1.0, 0.52 / 0.62, source=MAMF_SOURCE),
     "h100-sxm": DeviceEfficiency(132, 128, 256, 0.709 / 0.803, 0.48 / 0.60, source=MAMF_SOURCE),
     "h200": DeviceEfficiency(132, 128, 256, 0.734 / 0.803, 0.48 / 0.60, source=MAMF_SOURCE),
-    "b200": DeviceEfficiency(148, 256, 128, 0.763 / 0.776, 0.48 / 0.60, source=MAMF_SOURCE),
+    "b200": DeviceEfficiency(148, 256, 128, 0.763 / 0.776, 0.48 / 0.60, fp8_cast_bytes=BLACKWELL_FP8_CAST_BYTES,
+                             source=MAMF_SOURCE),
     "mi300x": DeviceEfficiency(304, 256, 256, 1.0, 1.0, source=MAMF_SOURCE),
 }
 """Shape terms by device preset name; the NEST paper's renamed H100 (``h100-90gib``)
 is the H100's silicon."""
 DEVICE_EFFICIENCY["h100-90gib"] = DEVICE_EFFICIENCY["h100-sxm"]
+# GB200's GPU is the B200's silicon (two dies, 148 SMs) at a higher power limit; the MAMF
+# table has no GB200 row, so it keeps the B200's curve (before: none, a plain roofline
+# without wave or FP8 cast terms)
+DEVICE_EFFICIENCY["gb200"] = DEVICE_EFFICIENCY["b200"]
 
 GENERIC = DeviceEfficiency(1, 1, 1, wave_tail=0.0, fp8_cast_bytes=0.0,
                            source="no device curve: DeviceSpec fractions as a plain roofline")
@@ -144,6 +163,15 @@ GENERIC = DeviceEfficiency(1, 1, 1, wave_tail=0.0, fp8_cast_bytes=0.0,
 def device_efficiency(device: DeviceSpec) -> DeviceEfficiency:
     """The shape terms of ``device`` (by preset name; :data:`GENERIC` otherwise)."""
     return DEVICE_EFFICIENCY.get(device.name, GENERIC)
+
+
+def fp8_quantize(curve: DeviceEfficiency, recipe: str) -> tuple[float, int]:
+    """``(bytes per element, launches)`` of quantizing one BF16 GEMM operand to FP8 under
+    ``recipe`` on a device with ``curve`` (``(0, 0)`` on devices without a curve)."""
+    if not curve.fp8_cast_bytes:
+        return 0.0, 0
+    amax = AMAX_PASS_BYTES if recipe == "tensorwise" else 0.0
+    return curve.fp8_cast_bytes + amax, FP8_QUANTIZE_LAUNCHES[recipe]
 
 
 def gemm_fraction(device: DeviceSpec, dtype_bytes: int) -> float:
