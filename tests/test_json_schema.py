@@ -75,8 +75,8 @@ ERRORS = {  # command lines that fail with exit 2 or 3 and print an error docume
     "infeasible": (["plan", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--devices", "8"], 3),
     "usage-error": (["plan", "--model", "gpt-1.7b", "--devices", "-4"], 2),  # refused by argparse itself
 }
-# feasible rows and an infeasible one (topology-blind at 16), every strategy's info
-COMPARE = ["compare", "--model", "gpt-18b", "--cluster", "dgx-a100", "--devices", "8,16", "--budget", "5"]
+# feasible rows and infeasible ones (manual and MCMC at 2 devices), every strategy's info
+COMPARE = ["compare", "--model", "gpt-18b", "--cluster", "dgx-a100", "--devices", "2,8", "--budget", "5"]
 
 
 @functools.cache

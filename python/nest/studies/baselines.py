@@ -106,6 +106,8 @@ def plan_config(p: Plan) -> dict:
     return {"tp": par["tp"], "pp": par["pp"], "dp": par["dp"], "cp": par["cp"], "ep": par["ep"],
             "vp": par["vp"], "sp": par["sp"], "zero": par["zero"], "recompute": par["recompute"],
             "micro_batch": par["micro_batch"], "rank_order": par["rank_order"],
+            "optimizer_offload": par["optimizer_offload_fraction"],
+            "activation_offload": par["activation_offload_layers"],
             "layers_per_stage": [len(s.layers) for s in p.stages]}
 
 
