@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..specs import DeviceSpec
+from ..specs import DeviceSpec, JobSpec
 from .efficiency import device_efficiency, fp8_quantize, gemm_fraction
 
 FLASH_BACKWARD_FACTOR = 2.5
@@ -48,6 +48,11 @@ class KernelModel:
         self.attention_backward_rate = self.attention_rate * curve.attention_backward_ratio
         self.memory_rate = device.hbm_bandwidth * device.hbm_efficiency
         self.overhead = device.kernel_overhead_s
+
+    @classmethod
+    def for_job(cls, device: DeviceSpec, job: JobSpec) -> "KernelModel":
+        """The kernels ``job`` runs on ``device``: its dtype's peak and its FP8 recipe."""
+        return cls(device, job.dtype_bytes, device.peak_flops(job.dtype), job.fp8_recipe)
 
     # -- GEMMs of the linear layers (training dtype) -----------------------------------
 

@@ -98,7 +98,7 @@ class Scenario:
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, source=None):
         self.model, self.cluster, self.job = model, cluster, job
         self.peak_flops = cluster.device.peak_flops(job.dtype)
-        self.kernels = KernelModel(cluster.device, job.dtype_bytes, self.peak_flops, job.fp8_recipe)
+        self.kernels = KernelModel.for_job(cluster.device, job)
         # bytes per weight: fp32, FP8 with --fp8-param-gather, else 16-bit
         self.weight_bytes = 4 if job.dtype == "fp32" else 1 if job.fp8_param_gather else 2
         # FP8 without FP8 weights: Transformer Engine keeps each GEMM weight's FP8 copy,

@@ -417,7 +417,7 @@ def _source(model, cluster, job):
     model, cluster, job = coerce_inputs(model, cluster, job)
     key = (model, cluster.device, job)
     if key not in _SOURCES:
-        kernels = KernelModel(cluster.device, job.dtype_bytes, cluster.device.peak_flops(job.dtype), job.fp8_recipe)
+        kernels = KernelModel.for_job(cluster.device, job)
         _SOURCES[key] = AnalyticSource(model, job, kernels)
     return job, _SOURCES[key]
 
