@@ -375,9 +375,10 @@ def main(argv=None) -> int:
               "The runs of `bench/fidelity/memory_runs.py` that publish a throughput, at their own "
               "configuration, split and job switches (sources there), the MoE runs with the dispatcher and "
               "EP overlap they ran (`moe_dispatcher`, `overlap_moe_expert_parallel_comm`) and, for "
-              "comparison, with plain exposed all-to-alls. With the run's switches nest is too fast on "
-              "every MoE run: its expert-layer compute is faster than these runs' (see the notes of "
-              "issue 18); the dispatch physics alone does not close the gap.", ""] + modern_lines(modern) + \
+              "comparison, with plain exposed all-to-alls. With the run's switches nest is still too fast on "
+              "the pipelined MoE runs after the host's dispatch floor (`nest.cost.host`; see the notes of "
+              "issue 18) and too slow on the Megatron-FSDP one; neither the dispatch physics nor the host "
+              "closes the gap.", ""] + modern_lines(modern) + \
              ["", "## Memory: nest vs Megatron-LM theoretical formulas (first stage, without the reserved "
                   "workspace)", ""] + memory_lines(mem) + ["", "## Sources", ""] + \
              [f"* `{k}`: {v}" for k, v in SOURCES.items()] + [""]

@@ -25,6 +25,9 @@ nest/report/plan.schema.json (package data); among them
     the transformer layers (the first ones) whose activations wait on the host between
     their forward and backward, and the step time the compute stream waits for their
     copies (:mod:`nest.cost.activation_offload`); their copies count in ``host_bytes``.
+``breakdown_s.host``
+    the part of the busiest rank's compute passes that the GPU waits for the host to
+    dispatch their kernels (:mod:`nest.cost.host`; ``compute`` is the rest).
 ``devices_idle_reason``
     when ``devices_used`` is below the cluster's device count, why: how much slower the
     fastest plan that uses every device is, or why there is none (None: every device is
@@ -280,7 +283,7 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
     )
 
 
-CAUSES = ("compute", "tp", "cp", "ep", "dp", "offload")
+CAUSES = ("compute", "tp", "cp", "ep", "dp", "offload", "host")
 """The :class:`~nest.cost.pricing.KindTimes` causes a breakdown sums (as ``<cause>_comm``
 but compute)."""
 
@@ -307,7 +310,8 @@ def _breakdown(scn: Scenario, times: KindTimes, pp: int, timing: StepTiming, chu
     offloaded = max(0.0, optimizer - optimizer_launch_s(scn)) * host_share_of_step(gpu_optimizer_s(scn), scn.host_step_s, fraction)
     tail = timing.step_s - timing.pipeline_s
     breakdown = {
-        "compute": causes["compute"],
+        "compute": causes["compute"] - causes["host"],
+        "host": causes["host"],
         "tp_comm": causes["tp"],
         "cp_comm": causes["cp"],
         "ep_comm": causes["ep"],

@@ -41,13 +41,14 @@ from ..parallel import RECOMPUTE_MODES, ConfigArrays, recompute_modules
 from ..specs import JobSpec, ModelSpec
 from .activations import Activations
 from .compute import KernelModel
+from .host import LaunchCounter, block_host_ops, host_bound
 from .model import BLOCK, EMBEDDING, MOE, attention_shape, node_params
 
 COST_FIELDS = ("fwd_s", "bwd_s", "recompute_s", "compute_s", "core_fwd_s", "core_bwd_s",
                "cp_fwd_bytes", "cp_bwd_bytes", "cp_steps_fwd", "cp_steps_bwd", "params_dense",
                "params_expert", "act_bytes", "out_bytes", "transient_bytes", "recompute_tp_share",
                "recompute_ep_share", "mlp_fwd_s", "mlp_bwd_s", "offload_freed_bytes", "offload_copied_bytes",
-               "offload_fwd_s", "offload_bwd_s")
+               "offload_fwd_s", "offload_bwd_s", "host_s")
 """One column per configuration: what the planner reads of a node.
 
 ``fwd_s``, ``bwd_s``, ``recompute_s`` (``compute_s`` their sum): kernel seconds of one
@@ -64,12 +65,15 @@ in its experts (routed and shared: what Megatron's combined 1F1B runs between di
 combine; the rest is attention, router and permutation); ``offload_*_bytes``: what a
 layer's activation offload frees on the device and copies to the host
 (:meth:`~nest.cost.activations.Activations.offloaded`), ``offload_*_s`` the stalls of
-the configuration's offload, its layers' share (:mod:`nest.cost.activation_offload`)."""
+the configuration's offload, its layers' share (:mod:`nest.cost.activation_offload`);
+``host_s``: the part of ``compute_s`` the GPU waits for the host to dispatch kernels
+(:mod:`nest.cost.host`)."""
 
 SHARE_FIELDS = ("recompute_tp_share", "recompute_ep_share", "mlp_fwd_s", "mlp_bwd_s", "offload_freed_bytes",
-                "offload_copied_bytes", "offload_fwd_s", "offload_bwd_s")
+                "offload_copied_bytes", "offload_fwd_s", "offload_bwd_s", "host_s")
 """Cost fields a source may leave out (0: its recomputation issues no collectives, no
-expert compute apart from the rest, nothing offloads)."""
+expert compute apart from the rest, nothing offloads, no host wait: a measured profile's
+times already hold it)."""
 
 OP_FIELDS = ("tp_count", "tp_bytes", "ep_count", "ep_bytes")
 """``[configuration, slot]`` columns: the ``(count, bytes)`` of the node's tensor-parallel
@@ -123,25 +127,24 @@ def _where(cond, a, b):
 class NodeCostModel:
     """Prices the node kinds of a transformer (embedding, block, moe, head)."""
 
-    def __init__(self, model: ModelSpec, job: JobSpec, kernels: KernelModel):
+    def __init__(self, model: ModelSpec, job: JobSpec, kernels: KernelModel | LaunchCounter):
         self.model = model
         self.job = job
         self.k = kernels
         self.acts = Activations(model, job)
         # activations (and what is communicated) stay in 16 bits even when GEMMs run in fp8
         self.e, self.attn = self.acts.e, self.acts.attn
+        # the same nodes with every kernel worth one launch: what the host dispatches
+        self._launches = (NodeCostModel(model, job, LaunchCounter(kernels))
+                          if isinstance(kernels, KernelModel) else None)
 
     def table(self, kind: str, c: ConfigArrays) -> dict[str, np.ndarray]:
         """Columns :data:`COST_FIELDS` and :data:`OP_FIELDS` of ``kind`` for every
         configuration in ``c``."""
         if len(c):
             check_priceable(self.model, self.job, self.e, int(c.micro_batch.max()))
-        if kind == EMBEDDING:
-            out = self._embedding(c)
-        elif kind in (BLOCK, MOE):
-            out = self._block(c, kind == MOE)
-        else:
-            out = self._head(c)
+        out = self._columns(kind, c)
+        self._wait_for_host(kind, c, out)
         keys = np.stack([c.tp, c.tied_copy.astype(np.int64), c.ep], axis=1)
         unique, inverse = np.unique(keys, axis=0, return_inverse=True)
         params = [node_params(self.model, kind, int(tp), bool(tied), int(ep)) for tp, tied, ep in unique]
@@ -149,6 +152,40 @@ class NodeCostModel:
         out["params_expert"] = np.array([p[1] for p in params], dtype=np.int64)[inverse.ravel()]
         out["compute_s"] = out["fwd_s"] + out["bwd_s"] + out["recompute_s"]
         return cost_columns(len(c), out)
+
+    def _columns(self, kind, c):
+        if kind == EMBEDDING:
+            return self._embedding(c)
+        if kind in (BLOCK, MOE):
+            return self._block(c, kind == MOE)
+        return self._head(c)
+
+    def _wait_for_host(self, kind, c, out):
+        """Lengthens ``out``'s passes to the host's calls (:func:`nest.cost.host.host_bound`)
+        and sets ``host_s`` to what that adds. A layer's calls are
+        :func:`~nest.cost.host.block_host_ops`, its recomputation the forward's share of
+        its kernels; other nodes make one call per kernel. A dropless MoE forward (and its
+        recomputation) waits on the GPU once for its token counts."""
+        launches = self._launches._columns(kind, c)
+        if kind in (BLOCK, MOE):
+            m = self.model
+            ops = block_host_ops(kind == MOE, self.job.dtype_bytes == 1, m.num_experts / c.ep, m.num_shared_experts)
+            share = launches["recompute_s"] / np.maximum(launches["fwd_s"], 1)
+            ops["recompute_s"] = ops["fwd"] * share
+            ops["fwd_s"], ops["bwd_s"] = ops["fwd"], ops["bwd"]
+        else:
+            ops = launches
+        drop_and_pad = bool(self.model.capacity_factor) and self.job.moe_dispatcher == "alltoall"
+        syncs = 1 if kind == MOE and not drop_and_pad else 0
+        recomputed = c.recompute == RECOMPUTE_MODES.index("full")
+        for index, mode in enumerate(RECOMPUTE_MODES):
+            if mode not in ("none", "full") and "moe" in recompute_modules(mode):
+                recomputed = recomputed | (c.recompute == index)
+        host = 0.0
+        for name, waits in (("fwd_s", syncs), ("bwd_s", 0), ("recompute_s", np.where(recomputed, syncs, 0))):
+            out[name], added = host_bound(out[name], ops[name], waits)
+            host = host + added
+        out["host_s"] = host
 
     def model_flops(self, kind: str, c: ConfigArrays) -> np.ndarray:
         """Forward + backward model FLOPs of one micro-batch of ``kind`` on one device

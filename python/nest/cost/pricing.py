@@ -173,7 +173,8 @@ class KindTimes:
     """Seconds per micro-batch of every node kind under every candidate (``[candidate,
     kind]``), by cause. ``cp_forward`` is the forward part of ``cp``; ``dp_forward`` and
     ``dp_recompute`` the parts of ``dp`` (ZeRO-2/3 traffic) exposed in the forward and in
-    a full recomputation (ZeRO-3's weight gathers)."""
+    a full recomputation (ZeRO-3's weight gathers); ``host`` the part of ``compute`` the
+    GPU waits for the host's kernel dispatch (:mod:`nest.cost.host`)."""
 
     compute: np.ndarray
     tp: np.ndarray
@@ -186,6 +187,7 @@ class KindTimes:
     dp_recompute: np.ndarray
     offload: np.ndarray | None = None  # the activation offload's stalls (None: none)
     offload_forward: np.ndarray | None = None  # their forward part
+    host: np.ndarray | None = None  # the host-bound part of compute (None: none)
 
 
 def _slots_sum(ops: np.ndarray) -> np.ndarray:
@@ -255,13 +257,31 @@ def kind_times(scn: Scenario, table: ConfigTable, cands: CandidateArrays, terms:
         # the data-parallel ranks, holding their SMs while they hide
         share = sm_share(scn, NCCL_COMM_SMS)
         dp_forward = np.where(three, behind(gather, col("fwd_s"), share), 0.0)
-        dp_recompute = np.where(three & full, behind(gather, col("recompute_s"), share), 0.0)
+        dp_recompute = np.where(three & full & regathers_for_recompute(job), behind(gather, col("recompute_s"), share),
+                                0.0)
         dp = 0.0 + dp_forward
         dp = dp + dp_recompute
         dp = dp + behind(gather + reduce, col("bwd_s"), share)
         dp = np.where(zero >= 2, dp, 0.0)
         total = total + dp
-    return KindTimes(compute, tp, cp, ep, dp, total, cp_forward, dp_forward, dp_recompute, offload, offload_forward)
+    return KindTimes(compute, tp, cp, ep, dp, total, cp_forward, dp_forward, dp_recompute, offload, offload_forward,
+                     col("host_s"))
+
+
+def regathers_for_recompute(job: JobSpec) -> bool:
+    """Whether a fully recomputed node's ZeRO-3 weights are gathered once more for its
+    recomputation (three gathers per micro-batch) rather than once for both the
+    recomputation and the backward (two). Megatron-FSDP gathers once: its pre-backward
+    hook unshards the layer and marks it ``PRE_BACKWARD``, and the recomputed forward's
+    pre-forward hook then neither gathers nor prefetches ("When recomputing a whole
+    Transformer layer, gather parameters once for both the recomputation and backward
+    computation", core_v0.14.0 ``megatron_fsdp.py`` ``MegatronFSDP`` docstring,
+    ``_pre_backward``, ``_pre_forward_param_unshard``); torchtitan's FSDP2 does the same
+    (torch ``_fully_shard/_fsdp_state.py`` ``FSDPState._pre_forward`` returns early in
+    ``PRE_BACKWARD``: "the pre-backward hook is responsible for the unshard").
+    DeepSpeed's ZeRO-3 fetches a module's weights in every forward hook, the recomputed
+    one included, and so does nest's framework-free price (``any``)."""
+    return job.framework not in ("megatron", "torchtitan")
 
 
 def sync_columns(scn: Scenario, cands: CandidateArrays, terms: GroupTerms) -> dict[str, np.ndarray]:
