@@ -325,7 +325,7 @@ def test_every_preset_agrees_with_closed_form(model, devices):
     the pipeline the closed form assumes (chunks before the last as slow as the slowest
     of them, v x the heaviest chunk synchronised) equals the DP's closed form to 1e-9;
     the faithful simulation is never slower than the closed form, equal to it without a
-    pipeline and, interleaved on the DP's or Megatron's split, at most 3.5% faster (7% on
+    pipeline and, interleaved on the DP's or Megatron's split, at most 3.5% faster (8% on
     2048; the closed form pads the embedding's chunk to the slowest and syncs v x the
     heaviest chunk)."""
     cluster = nest.load_cluster("dgx-h100", devices=devices)
@@ -342,8 +342,8 @@ def test_every_preset_agrees_with_closed_form(model, devices):
         if p.parallelism["vp"] > 1 and dp_split:
             # measured on 64 and 512 devices: 28 of 36 within 1%, worst 3.1% (bert-large,
             # 512 devices, m = 16); on 2048 fewer micro-batches leave the padded chunks more
-            # exposed: worst 6.5% (gpt-7.5b, m = 8)
-            assert closed_form <= r.step_time_s * (1.035 if devices <= 512 else 1.07)
+            # exposed: worst 7.4% (gpt-7.5b, m = 8, its blocks at the host's pace)
+            assert closed_form <= r.step_time_s * (1.035 if devices <= 512 else 1.08)
         checked += 1
     if not checked:
         pytest.skip(f"nothing fits {model} on {devices} devices")
