@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.metadata
 import json
 import os
 import re
 import sys
 from dataclasses import replace
 
+from . import __version__
 from .errors import InfeasibleError, SpecError
 from .parallel import DEFAULT_ORDER, RECOMPUTE_MODES, ZERO_STAGES, SpaceLimits
 from .specs import FP8_RECIPES, FRAMEWORKS, MOE_DISPATCHERS, MOMENT_BYTES, OFFLOAD_HANDLERS
@@ -237,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``nest`` command."""
     parser = _Parser(prog="nest", description="Network- and memory-aware planning of "
                      "distributed deep-learning training.")
-    parser.add_argument("--version", action="version", version=f"nest {importlib.metadata.version('nest-planner')}")
+    parser.add_argument("--version", action="version", version=f"nest {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     plan = sub.add_parser("plan", help="find the fastest plan that fits in memory")
     _add_scenario(plan)

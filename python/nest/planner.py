@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,14 +37,15 @@ from .parallel import (
 )
 from .result import Plan, build_plan
 from .schedule.memory import fits
-from .schedule.simulate import SimResult, simulate_candidate
 from .schedule.step import batch_step_s
 from .schedule.tasks import BatchTasks
-from .search import diagnose
 from .search.problems import ends_of, problem
 from .search.search import NoFullUse, SearchOutcome, check_ranking, framework_split, polish, polish_split, search
 from .search.space import check_tp, model_recompute_modes
 from .specs import ClusterSpec, JobSpec, ModelSpec
+
+if TYPE_CHECKING:
+    from .schedule.simulate import SimResult
 
 
 @contextmanager
@@ -199,7 +201,7 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
     check_ranking(ranking)
     if layers_per_stage is None:
         if result.status[0] == INFEASIBLE:
-            raise InfeasibleError(diagnose.config_message(scn, cand, None, engine, threads))
+            raise InfeasibleError(_diagnose().config_message(scn, cand, None, engine, threads))
         if options is not None:
             tasks = BatchTasks.of_candidate(scn, cand)
             found = framework_split(fixed, 0, options, None if ranking == "closed-form" else
@@ -207,7 +209,7 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
                                     lambda nodes: fits(tasks.priced, 0, nodes))
             if found is None:
                 raise InfeasibleError(f"no split framework {fw.name} generates fits in memory: "
-                                      + diagnose.config_message(scn, cand, None, engine, threads))
+                                      + _diagnose().config_message(scn, cand, None, engine, threads))
             ends = found[2]
         else:
             ends = ends_of(fixed, result, 0)
@@ -216,15 +218,23 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
     else:
         ends = [int(e) for e in np.cumsum(layers_per_stage)]
         if not all(stage["fits"] for stage in stage_details(fixed, 0, ends)):
-            raise InfeasibleError(diagnose.config_message(scn, cand, ends, engine, threads))
+            raise InfeasibleError(_diagnose().config_message(scn, cand, ends, engine, threads))
     built = build_plan(scn, cand, fixed, 0, ends, solve_time=time.perf_counter() - started,
                        evaluated=1, engine=engine, candidates_total=1, threads=threads)
     if built.peak_memory.total > scn.cluster.device.memory_bytes:
-        raise InfeasibleError(diagnose.peak_message(scn, built.peak_memory))
+        raise InfeasibleError(_diagnose().peak_message(scn, built.peak_memory))
     if built.devices_used < cluster.num_devices:
         built = replace(built, devices_idle_reason=f"the configuration's tp x cp x pp x dp = {tp} x {cp} x {pp} x "
                                                    f"{dp} = {built.devices_used}")
     return built
+
+
+def _diagnose():
+    """The module that explains refusals, imported by the first refusal: a plan that fits
+    never pays for it (issue 19)."""
+    from .search import diagnose
+
+    return diagnose
 
 
 def simulate(plan: Plan, model=None, cluster=None, job: JobSpec | None = None, *, source=None, pad: bool = False,
@@ -246,6 +256,8 @@ def simulate(plan: Plan, model=None, cluster=None, job: JobSpec | None = None, *
     scn = Scenario(model, cluster, job, source)
     cand = Candidate.of_parallelism(plan.parallelism, model.tied_embeddings)
     layers = [len(s.layers) for s in plan.stages]
+    from .schedule.simulate import simulate_candidate  # the event-driven replay, loaded when asked for
+
     result = simulate_candidate(scn, cand, layers, closed_form_s=plan.closed_form_step_time_s, pad=pad, sync=sync)
     return replace(result, predicted_s=plan.step_time_s)
 

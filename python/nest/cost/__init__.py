@@ -8,9 +8,20 @@ of candidates on their groups' prices, the end-of-step sync), ``memory_formulas`
 (Megatron's published memory formulas, the reference the model is checked against).
 """
 
-from .nodes import COST_FIELDS, OP_FIELDS, NodeCostModel
-from .pricing import KindTimes, Priced, kind_times, price, price_candidate
-from .scenario import AnalyticSource, ConfigTable, Scenario
+from .._lazy import lazy_exports
 
-__all__ = ["COST_FIELDS", "OP_FIELDS", "AnalyticSource", "ConfigTable", "KindTimes", "NodeCostModel", "Priced",
-           "Scenario", "kind_times", "price", "price_candidate"]
+_EXPORTS = {
+    "AnalyticSource": ".scenario",
+    "COST_FIELDS": ".nodes",
+    "ConfigTable": ".scenario",
+    "KindTimes": ".pricing",
+    "NodeCostModel": ".nodes",
+    "OP_FIELDS": ".nodes",
+    "Priced": ".pricing",
+    "Scenario": ".scenario",
+    "kind_times": ".pricing",
+    "price": ".pricing",
+    "price_candidate": ".pricing",
+}
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
+__all__ = sorted(_EXPORTS)

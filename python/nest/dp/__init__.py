@@ -3,7 +3,15 @@ candidate out, solved by the compiled core or the pure-Python reference
 (:mod:`nest.dp.reference`, the oracle). :mod:`nest.dp.engine` is the only door to the
 compiled module ``nest._core``."""
 
-from .engine import ENGINES, available_threads, has_openmp, solve
-from .problem import DPProblem, DPResult
+from .._lazy import lazy_exports
 
-__all__ = ["ENGINES", "DPProblem", "DPResult", "available_threads", "has_openmp", "solve"]
+_EXPORTS = {
+    "DPProblem": ".problem",
+    "DPResult": ".problem",
+    "ENGINES": ".engine",
+    "available_threads": ".engine",
+    "has_openmp": ".engine",
+    "solve": ".engine",
+}
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
+__all__ = sorted(_EXPORTS)

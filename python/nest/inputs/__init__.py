@@ -7,7 +7,14 @@ Modules: ``files`` (reading spec files), ``loading`` (presets and spec files), `
 ``nest_instance``, ``graph_files``, ``coerce``.
 """
 
-from .coerce import coerce_inputs, job_spec
-from .loading import load_cluster, load_device, load_model
+from .._lazy import lazy_exports
 
-__all__ = ["coerce_inputs", "job_spec", "load_cluster", "load_device", "load_model"]
+_EXPORTS = {
+    "coerce_inputs": ".coerce",
+    "job_spec": ".coerce",
+    "load_cluster": ".loading",
+    "load_device": ".loading",
+    "load_model": ".loading",
+}
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
+__all__ = sorted(_EXPORTS)

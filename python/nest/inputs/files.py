@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import codecs
 import errno
+import functools
 import json
 import os
 import stat
 from pathlib import Path
-
-import yaml
 
 from ..errors import SpecError, short_repr
 
@@ -181,41 +180,51 @@ def parse_json(text: str, what: str, path, failure: str = "not JSON"):
         raise SpecError(f"{label}: {failure}: {_first_line(error)}") from None
 
 
-class UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a key repeated in one mapping, at any depth.
+@functools.cache
+def _unique_key_loader():
+    """The YAML loader class, built on first use: importing PyYAML costs every command
+    that reads no YAML file (issue 19)."""
+    import yaml
 
-    The check runs when a mapping node is first flattened (from ``construct_mapping``,
-    or as the target of a merge key, whichever comes first), on the node's own keys: the
-    keys a ``<<`` merge brings in may be overridden, as YAML intends."""
+    class UniqueKeyLoader(yaml.SafeLoader):
+        """``yaml.SafeLoader`` that refuses a key repeated in one mapping, at any depth.
 
-    def __init__(self, stream):
-        super().__init__(stream)
-        self._checked = set()
+        The check runs when a mapping node is first flattened (from ``construct_mapping``,
+        or as the target of a merge key, whichever comes first), on the node's own keys: the
+        keys a ``<<`` merge brings in may be overridden, as YAML intends."""
 
-    def flatten_mapping(self, node):
-        if id(node) not in self._checked:
-            self._checked.add(id(node))
-            seen = set()
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node)
-                try:
-                    duplicate = key in seen
-                except TypeError:  # an unhashable key: construct_mapping reports it
-                    continue
-                if duplicate:
-                    raise _DuplicateKey(key, key_node.start_mark.line + 1)
-                seen.add(key)
-        super().flatten_mapping(node)
+        def __init__(self, stream):
+            super().__init__(stream)
+            self._checked = set()
+
+        def flatten_mapping(self, node):
+            if id(node) not in self._checked:
+                self._checked.add(id(node))
+                seen = set()
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node)
+                    try:
+                        duplicate = key in seen
+                    except TypeError:  # an unhashable key: construct_mapping reports it
+                        continue
+                    if duplicate:
+                        raise _DuplicateKey(key, key_node.start_mark.line + 1)
+                    seen.add(key)
+            super().flatten_mapping(node)
+
+    return UniqueKeyLoader
 
 
 def parse_yaml(text: str, what: str, path, failure: str = "not YAML"):
     """The YAML value of ``text`` (safe tags only, mappings without repeated keys);
     SpecError ``"<what> = <path>: <failure>: <reason>"`` when it does not parse."""
+    import yaml
+
     label = _label(what, path)
     try:
-        return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+        return yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader
     except _DuplicateKey as duplicate:
         raise SpecError(duplicate.message(label)) from None
     except RecursionError:

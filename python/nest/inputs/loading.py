@@ -58,7 +58,6 @@ from ..presets.models import MODELS
 from ..specs import ClusterSpec, DeviceSpec, HostSpec, ModelSpec, Tier, field_names, from_mapping
 from ..units import GiB, MiB
 from .files import MAX_GRAPH_BYTES, is_path, read_spec_file
-from .hf import model_from_hf_config
 
 
 def _preset(table: dict, name: str, what: str):
@@ -76,6 +75,8 @@ def load_model(name_or_path: str | ModelSpec) -> ModelSpec:
         return _preset(MODELS, name_or_path, "model")
     data = read_spec_file(name_or_path, "model")
     if "model_type" in data:
+        from .hf import model_from_hf_config  # only for Hugging Face configs
+
         return model_from_hf_config(data, name=_hf_name(name_or_path, data))
     return _with_base(MODELS, ModelSpec, data, "model")
 

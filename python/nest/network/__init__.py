@@ -9,9 +9,20 @@ graph: locality order, :class:`~nest.network.graph.GraphNetwork`, graph clusters
 are imported only for graph clusters.
 """
 
-from .layout import Layout, RankPlacement, rank_placement
-from .placement import GroupTerms, Placement, Placer, placer_for
-from .tiers import CollectiveEfficiency, GroupShape, calibrated_cluster, group_shape
+from .._lazy import lazy_exports
 
-__all__ = ["CollectiveEfficiency", "GroupShape", "GroupTerms", "Layout", "Placement", "Placer", "RankPlacement",
-           "calibrated_cluster", "group_shape", "placer_for", "rank_placement"]
+_EXPORTS = {
+    "CollectiveEfficiency": ".tiers",
+    "GroupShape": ".tiers",
+    "GroupTerms": ".placement",
+    "Layout": ".layout",
+    "Placement": ".placement",
+    "Placer": ".placement",
+    "RankPlacement": ".layout",
+    "calibrated_cluster": ".tiers",
+    "group_shape": ".tiers",
+    "placer_for": ".placement",
+    "rank_placement": ".layout",
+}
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
+__all__ = sorted(_EXPORTS)

@@ -1,8 +1,13 @@
 """Presets from public datasheets and papers: devices, models (with their published
 parameter counts and batches) and clusters (hierarchical and generated graphs)."""
 
-from .clusters import CLUSTERS, GRAPH_CLUSTERS
-from .devices import DEVICES
-from .models import MODELS
+from .._lazy import lazy_exports
 
-__all__ = ["CLUSTERS", "DEVICES", "GRAPH_CLUSTERS", "MODELS"]
+_EXPORTS = {
+    "CLUSTERS": ".clusters",
+    "DEVICES": ".devices",
+    "GRAPH_CLUSTERS": ".clusters",
+    "MODELS": ".models",
+}
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
+__all__ = sorted(_EXPORTS)

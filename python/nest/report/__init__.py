@@ -2,7 +2,13 @@
 (``export``), the schedule timeline (``timeline``, matplotlib) and progress bars
 (``progress``)."""
 
-from .export import FORMATS, emit
-from .text import render, render_simulation
+from .._lazy import lazy_exports
 
-__all__ = ["FORMATS", "emit", "render", "render_simulation"]
+_EXPORTS = {
+    "FORMATS": ".export",
+    "emit": ".export",
+    "render": ".text",
+    "render_simulation": ".text",
+}
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
+__all__ = sorted(_EXPORTS)

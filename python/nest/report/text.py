@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..frameworks import framework
 from ..result import Plan
-from ..schedule.simulate import SimResult
 from ..units import GiB
+
+if TYPE_CHECKING:
+    from ..schedule.simulate import SimResult
 
 
 def _ranges(values: tuple[int, ...], most: int = 3) -> str:

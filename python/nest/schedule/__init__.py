@@ -3,9 +3,19 @@
 Megatron-LM's 1F1B or interleaved order (``step``, the time a plan reports) and the
 event-driven simulation that checks it (``simulate``)."""
 
-from .simulate import SimResult, simulate_candidate, simulate_schedule
-from .step import StepTiming, candidate_step_s, candidate_timing, step_timing
-from .tasks import BatchTasks, EndTask, StageTasks
+from .._lazy import lazy_exports
 
-__all__ = ["BatchTasks", "EndTask", "SimResult", "StageTasks", "StepTiming", "candidate_step_s",
-           "candidate_timing", "simulate_candidate", "simulate_schedule", "step_timing"]
+_EXPORTS = {
+    "BatchTasks": ".tasks",
+    "EndTask": ".tasks",
+    "SimResult": ".simulate",
+    "StageTasks": ".tasks",
+    "StepTiming": ".step",
+    "candidate_step_s": ".step",
+    "candidate_timing": ".step",
+    "simulate_candidate": ".simulate",
+    "simulate_schedule": ".simulate",
+    "step_timing": ".step",
+}
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
+__all__ = sorted(_EXPORTS)

@@ -23,7 +23,6 @@ import numpy as np
 from ..cost.scenario import Scenario
 from ..dp import engine as engines
 from ..parallel import Candidate
-from .simulate import simulate_schedule
 from .tasks import BatchTasks, EndTask, StageTasks, run_end_tasks
 
 
@@ -77,6 +76,8 @@ def step_timing(stages: Sequence[StageTasks], pp: int, micro_batches: int,
     if pp < 1 or not stages or len(stages) % pp:
         raise ValueError(f"{len(stages)} virtual stages, pp = {pp}: needs a positive multiple of pp")
     if engine == "python":
+        from .simulate import simulate_schedule  # the reference engine, loaded when asked for
+
         sim = simulate_schedule(stages, pp, micro_batches, extra_warmup=extra_warmup)
         finish = [max((e.end_s for e in row), default=0.0) for row in sim.timelines]
     elif engine == "cpp":

@@ -2,7 +2,20 @@
 tables of priced candidates (``problems``), the exact search (``search``) and why a job
 does not fit (``diagnose``)."""
 
-from .search import RANKINGS, SearchOutcome, polish, polish_split, search
-from .space import PartialSpace, enumerate_partials, expand
+from .._lazy import lazy_exports
 
-__all__ = ["RANKINGS", "PartialSpace", "SearchOutcome", "enumerate_partials", "expand", "polish", "polish_split", "search"]
+# Eager: importing the submodule 'search' binds its name on this package, which would
+# shadow a lazy function of the same name.
+from .search import search as search
+
+_EXPORTS = {
+    "PartialSpace": ".space",
+    "RANKINGS": ".search",
+    "SearchOutcome": ".search",
+    "enumerate_partials": ".space",
+    "expand": ".space",
+    "polish": ".search",
+    "polish_split": ".search",
+}
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
+__all__ = sorted([*_EXPORTS, "search"])

@@ -71,7 +71,6 @@ from ..schedule.memory import fits
 from ..schedule.step import batch_step_s
 from ..schedule.tasks import BatchTasks
 from ..units import PS
-from . import diagnose
 from .floors import (
     Ranking,
     candidate_bound,
@@ -416,8 +415,11 @@ def search(scn: Scenario, limits: SpaceLimits = SpaceLimits(), engine: str = "cp
     limits = space.limits  # what the target framework has of the user's limits
 
     def empty() -> InfeasibleError:
-        return NoFullUse(EVERY_DEVICE_NONE) if every_device else InfeasibleError(
-            diagnose.empty_space_message(scn, asked))
+        if every_device:
+            return NoFullUse(EVERY_DEVICE_NONE)
+        from .diagnose import empty_space_message  # failure paths only: kept out of start-up
+
+        return InfeasibleError(empty_space_message(scn, asked))
 
     if not len(space.configs):
         raise empty()
@@ -454,7 +456,9 @@ def search(scn: Scenario, limits: SpaceLimits = SpaceLimits(), engine: str = "cp
             raise InfeasibleError(EVERY_DEVICE_UNFIT)
         partials = enumerate_partials(scn.model, scn.cluster, scn.job, scn.num_nodes, limits)
         memory = memory_bound(scn, table, partials)
-        raise InfeasibleError(diagnose.memory_message(scn, partials, memory, limits, engine, threads))
+        from .diagnose import memory_message
+
+        raise InfeasibleError(memory_message(scn, partials, memory, limits, engine, threads))
     best = state.best
     best.evaluated, best.total, best.bounded, best.partials = (state.evaluated, state.priced, state.bounded,
                                                                found.count)
