@@ -104,6 +104,33 @@ def test_zero3_gathers_weights_every_micro_batch(cluster_name, exposed):
     assert gather == pytest.approx(alpha + beta * 2 * cost.params_dense)
 
 
+@pytest.mark.parametrize("framework, zero", [("megatron", 3), ("deepspeed", 3), ("megatron", 2), ("deepspeed", 2)])
+def test_backward_collectives_hide_behind_the_recomputation_too(framework, zero):
+    """Under full recomputation a node's backward pass is its recomputed forward and its
+    backward: the next node's prefetched gather and this node's reduce-scatter run behind
+    both (Megatron-FSDP gathers once for the two; ZeRO-2 has no gather). DeepSpeed's
+    ZeRO-3 gathers again for the recomputation, which hides that gather, and the backward's
+    collectives hide behind the backward alone."""
+    model = MODELS["llama2-7b"]
+    scn = Scenario(model, CLUSTERS["h100-spineleaf"].sized(64), JobSpec(64, 4096, framework=framework))
+    priced = price_candidate(scn, Candidate(LayerConfig(1, False, 1, "full"), pp=1, dp=64, zero=zero))
+    block = scn.kind_list.index("block")
+    cost = SimpleNamespace(**{name: priced.col(name)[0, block]
+                              for name in ("params_dense", "fwd_s", "bwd_s", "recompute_s")})
+    group = priced.places[0].dense_dp
+    gather = group.all_gather(2 * cost.params_dense) if zero == 3 else 0.0
+    reduce = group.reduce_scatter(4 * cost.params_dense)
+    share = 16 / 132
+    hides = lambda comm, compute: max(0.0, comm - compute) + share * min(comm, compute)  # noqa: E731
+    if framework == "deepspeed" and zero == 3:
+        expected = (hides(gather, cost.fwd_s) + hides(gather, cost.recompute_s)
+                    + hides(gather + reduce, cost.bwd_s))
+    else:
+        expected = hides(gather, cost.fwd_s) * (zero == 3) + hides(gather + reduce, cost.bwd_s + cost.recompute_s)
+    assert priced.times.dp[0, block] == pytest.approx(expected, rel=1e-12)
+    assert gather + reduce > cost.bwd_s  # the backward alone would not hide them
+
+
 def test_interleaved_in_flight_memory_and_bubble():
     model = MODELS["gpt-18b"]
     cluster = CLUSTERS["dgx-a100"].sized(256)

@@ -257,11 +257,15 @@ def kind_times(scn: Scenario, table: ConfigTable, cands: CandidateArrays, terms:
         # the data-parallel ranks, holding their SMs while they hide
         share = sm_share(scn, NCCL_COMM_SMS)
         dp_forward = np.where(three, behind(gather, col("fwd_s"), share), 0.0)
-        dp_recompute = np.where(three & full & regathers_for_recompute(job), behind(gather, col("recompute_s"), share),
-                                0.0)
+        regather = three & full & regathers_for_recompute(job)
+        dp_recompute = np.where(regather, behind(gather, col("recompute_s"), share), 0.0)
         dp = 0.0 + dp_forward
         dp = dp + dp_recompute
-        dp = dp + behind(gather + reduce, col("bwd_s"), share)
+        # the backward's gather (prefetched by the node after it) and reduce-scatter hide
+        # behind that node's whole backward pass, its full recomputation included, unless
+        # the recomputation gathers again and hides that gather itself (above)
+        backward = col("bwd_s") + np.where(full & ~regather, col("recompute_s"), 0.0)
+        dp = dp + behind(gather + reduce, backward, share)
         dp = np.where(zero >= 2, dp, 0.0)
         total = total + dp
     return KindTimes(compute, tp, cp, ep, dp, total, cp_forward, dp_forward, dp_recompute, offload, offload_forward,
