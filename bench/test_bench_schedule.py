@@ -27,7 +27,8 @@ def _case(model, cluster, devices):
     plan = nest.plan(model, c, limits=nest.SpaceLimits(zero=(0, 1), cp=(1,)))
     spec, c, job = coerce_inputs(model, c, None)
     scn = Scenario(spec, c, job)
-    return scn, Candidate.of_parallelism(plan.parallelism, scn.model.tied_embeddings), [len(s.layers) for s in plan.stages], plan
+    cand = Candidate.of_parallelism(plan.parallelism, scn.model.head_needs_embedding)
+    return scn, cand, [len(s.layers) for s in plan.stages], plan
 
 
 @pytest.mark.parametrize("engine", ["compiled", "event"])

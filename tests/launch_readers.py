@@ -43,8 +43,11 @@ def megatron_read(text: str, world: int) -> dict:
     if "--pipeline-model-parallel-layout" in args:
         assert "--num-virtual-stages-per-pipeline-rank" not in args  # validate_args: exclusive
         groups = args["--pipeline-model-parallel-layout"].split("|")
-        assert len(groups) % pp == 0 and groups[0].startswith("E") and groups[-1].endswith("L")
-        assert set("".join(groups)) <= set("EtL") and "".join(groups).count("t") == layers
+        mtp = int(args.get("--mtp-num-layers", 0))
+        # validate_layer_layout: MTP modules ("m") in the last stage, with the loss
+        assert len(groups) % pp == 0 and groups[0].startswith("E") and groups[-1].endswith("m" * mtp + "L")
+        assert set("".join(groups)) <= set("EtmL") and "".join(groups).count("t") == layers
+        assert "".join(groups).count("m") == mtp
         vp, blocks = len(groups) // pp, [g.count("t") for g in groups]
     else:
         assert pp == 1
@@ -92,7 +95,7 @@ def megatron_read(text: str, world: int) -> dict:
                  "num_heads": int(args["--num-attention-heads"]),
                  "ffn_hidden": int(args["--ffn-hidden-size"]), "vocab_size": int(args["--vocab-size"]),
                  "num_kv_heads": int(args.get("--num-query-groups", args["--num-attention-heads"])),
-                 "num_experts": int(args.get("--num-experts", 0))},
+                 "num_experts": int(args.get("--num-experts", 0)), "mtp_layers": int(args.get("--mtp-num-layers", 0))},
         "args": args,
     }
 

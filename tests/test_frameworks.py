@@ -159,7 +159,7 @@ def test_restricted_search_is_exact(fw, memory_gib):
         for n in np.flatnonzero(result.status == SOLVED).tolist())
     best = nest.plan(GPT, c, jobspec, limits=limits)
     assert best.step_time_s <= fastest * (1 + 1e-12)
-    framework(fw).check(GPT, jobspec, Candidate.of_parallelism(best.parallelism, GPT.tied_embeddings))
+    framework(fw).check(GPT, jobspec, Candidate.of_parallelism(best.parallelism, GPT.head_needs_embedding))
 
 
 @pytest.mark.parametrize("memory_gib,pp", [pytest.param(80, None, marks=pytest.mark.slow), (0.35, (2, 3, 4)),

@@ -9,6 +9,7 @@ EleutherAI/gpt-neox-20b, google-bert/bert-large-uncased, deepseek-ai/DeepSeek-V3
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -136,8 +137,9 @@ def test_deepseek_v3_fields():
     assert (spec.qk_rope_head_dim, spec.qk_nope_head_dim, spec.v_head_dim) == (64, 128, 128)
     assert [spec.is_moe_block(i) for i in range(5)] == [False, False, False, True, True]
     assert sum(spec.is_moe_block(i) for i in range(61)) == 58
+    assert spec.mtp_layers == 1  # num_nextn_predict_layers
     notes = approximations(DATA / "deepseek-v3.json")
-    assert any("multi-token-prediction" in n for n in notes)
+    assert not any("multi-token" in n for n in notes)
 
 
 def test_qwen2_moe_shared_experts():
@@ -187,7 +189,7 @@ def test_moe_parameter_counts_when_supported():
     deepseek = load("deepseek-v3")
     # 671,026,419,200 in the main model (DeepSeek-V3 README_WEIGHTS: 671B), minus the
     # router score-correction biases ModelSpec cannot express (256 x 58 MoE blocks).
-    assert parameter_count(deepseek) == 671_026_419_200 - 256 * 58
+    assert parameter_count(replace(deepseek, mtp_layers=0)) == 671_026_419_200 - 256 * 58
 
 
 # -- layer selection rules ----------------------------------------------------------

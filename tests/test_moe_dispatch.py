@@ -86,7 +86,7 @@ def test_overlapped_ep_term_by_hand_on_one_layer():
     (20 of 132 SMs)."""
     cluster, job = _qwen(overlap_moe_expert_parallel_comm=True)
     scn = Scenario(QWEN, cluster, job)
-    cand = Candidate.of_parallelism({**EP16, "rank_order": "tp-cp-ep-dp-pp"}, QWEN.tied_embeddings)
+    cand = Candidate.of_parallelism({**EP16, "rank_order": "tp-cp-ep-dp-pp"}, QWEN.head_needs_embedding)
     priced = price_candidate(scn, cand)
     kind = scn.kind_list.index("moe")
     col = lambda name: float(priced.col(name)[0, kind])  # noqa: E731
@@ -144,7 +144,7 @@ def test_overlap_holds_one_more_layer_not_one_more_micro_batch():
         off = nest.evaluate(QWEN, cluster, base, **config)
         on = nest.evaluate(QWEN, cluster, replace(base, overlap_moe_expert_parallel_comm=True), **config)
         scn = Scenario(QWEN, cluster, replace(base, overlap_moe_expert_parallel_comm=True))
-        cand = Candidate.of_parallelism({**config, "rank_order": "tp-cp-ep-dp-pp"}, QWEN.tied_embeddings)
+        cand = Candidate.of_parallelism({**config, "rank_order": "tp-cp-ep-dp-pp"}, QWEN.head_needs_embedding)
         layer = price_candidate(scn, cand).col("act_bytes")[0, scn.kind_list.index("moe")]
         for before, after in zip(off.memory, on.memory):
             # as many micro-batch-chunks (which chunks may differ: the pairs shift them)
@@ -264,7 +264,7 @@ def test_flex_is_priced_as_plain_on_graphs_and_unchanged_for_dense_models():
     assert (nest.evaluate("llama3-8b", cluster, replace(job, moe_dispatcher="flex"), **dense).step_time_s
             == nest.evaluate("llama3-8b", cluster, job, **dense).step_time_s)
     scn = Scenario(QWEN, cluster, replace(job, moe_dispatcher="flex"))
-    cand = Candidate.of_parallelism({**EP16, "rank_order": "tp-cp-ep-dp-pp"}, QWEN.tied_embeddings)
+    cand = Candidate.of_parallelism({**EP16, "rank_order": "tp-cp-ep-dp-pp"}, QWEN.head_needs_embedding)
     assert price_candidate(scn, cand).places[0].ep.dispatch == TokenDispatch(128, 8)
     graph = nest.load_cluster("dgx-h100-graph", devices=16)
     graph = replace(graph, device=replace(graph.device, memory_bytes=1e15))

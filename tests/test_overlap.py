@@ -35,7 +35,7 @@ def _scenario(**switches):
 
 
 def _candidate(scn):
-    return Candidate.of_parallelism({**CONFIG, "rank_order": "tp-cp-ep-dp-pp"}, scn.model.tied_embeddings)
+    return Candidate.of_parallelism({**CONFIG, "rank_order": "tp-cp-ep-dp-pp"}, scn.model.head_needs_embedding)
 
 
 def test_switches_default_off_and_reject_non_booleans():

@@ -123,7 +123,7 @@ def test_breakdown_follows_the_schedule(kwargs):
     assert sum(b.values()) == pytest.approx(plan.step_time_s, rel=1e-12)
     scn = Scenario(nest.load_model("llama2-7b"), cluster,
                    nest.JobSpec(global_batch=plan.job["global_batch"], seq_len=plan.job["seq_len"]))
-    cand = Candidate.of_parallelism(plan.parallelism, scn.model.tied_embeddings)
+    cand = Candidate.of_parallelism(plan.parallelism, scn.model.head_needs_embedding)
     timing = candidate_timing(scn, cand, [len(s.layers) for s in plan.stages])
     assert timing.step_s == plan.step_time_s
     busiest = max(range(cand.pp), key=timing.work_s)
@@ -198,7 +198,7 @@ def test_candidate_step_equals_the_timing():
     plan = nest.evaluate("llama2-7b", cluster, tp=2, pp=4, dp=8, vp=2, micro_batch=1, sp=True, zero=1)
     scn = Scenario(nest.load_model("llama2-7b"), cluster,
                    nest.JobSpec(global_batch=plan.job["global_batch"], seq_len=plan.job["seq_len"]))
-    cand = Candidate.of_parallelism(plan.parallelism, scn.model.tied_embeddings)
+    cand = Candidate.of_parallelism(plan.parallelism, scn.model.head_needs_embedding)
     layers = [len(s.layers) for s in plan.stages]
     assert candidate_step_s(scn, cand, layers) == candidate_timing(scn, cand, layers).step_s == plan.step_time_s
 
@@ -242,7 +242,7 @@ def test_polished_split_is_a_local_optimum():
     assert polished.step_time_s < 0.97 * dp_split.step_time_s
     assert nest.plan("bert-large", cluster).step_time_s <= polished.step_time_s
     scn = Scenario(nest.load_model("bert-large"), cluster, nest.JobSpec(global_batch=256, seq_len=512))
-    cand = Candidate.of_parallelism(polished.parallelism, scn.model.tied_embeddings)
+    cand = Candidate.of_parallelism(polished.parallelism, scn.model.head_needs_embedding)
     problem = dp_problem(scn, [cand])
     ends = [5, 13, 21, 26]
     assert polish_split(scn, cand, problem, 0, ends) == ends

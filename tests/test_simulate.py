@@ -357,7 +357,7 @@ def test_simulate_rebuilds_preset_specs_and_candidate():
     assert r.step_time_s <= plan.closed_form_step_time_s * (1 + 1e-9)
     scn = Scenario(nest.load_model("bert-large"), nest.load_cluster("h100-spineleaf", devices=128),
                    nest.JobSpec(global_batch=256, seq_len=512))
-    cand = Candidate.of_parallelism(plan.parallelism, scn.model.tied_embeddings)
+    cand = Candidate.of_parallelism(plan.parallelism, scn.model.head_needs_embedding)
     assert (cand.pp, cand.dp, cand.zero) == (plan.parallelism["pp"], plan.parallelism["dp"],
                                              plan.parallelism["zero"])
     with pytest.raises(ValueError):

@@ -42,7 +42,11 @@ BRIDGE = "https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/main/docs/performa
 # config model_configs/benchmarking/Qwen3-235B-A22B.yaml (distributed optimizer, overlapped
 # gradient reduction and weight gather, dropless) at e865051.
 ZOO_QWEN3 = "yanring/Megatron-MoE-ModelZoo best_practice/qwen3/readme.md (H100 table, e865051)"
-ZOO_JOB = dict(overlap_grad_reduce=True, overlap_param_gather=True, moe_dispatcher="flex")
+# The BF16 runs add --tp-comm-overlap (sbatch_benchmarking.sh, since b09773a).
+ZOO_JOB = dict(overlap_grad_reduce=True, overlap_param_gather=True, moe_dispatcher="flex", tp_comm_overlap=True)
+# --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split: the
+# embedding and the loss count as layers, 96 of them for Qwen3-235B's 94
+ZOO_SPLIT_PP8_VP4 = [3] * 32
 
 
 @dataclass(frozen=True)
@@ -105,23 +109,37 @@ RUNS = [
         dict(FP8_CS, overlap_moe_expert_parallel_comm=True), tokens_per_gpu_s=1575, notes="expert TP 1; the preset overlaps EP all-to-alls (moe_a2a_overlap); "
                                      "force-balanced dropless routing"),
     Run("ps2509-h100-dsv3", BRIDGE + " (25.09, H100)", MODELS["deepseek-v3"], 1024, 4096, 8192,
-        dict(tp=2, pp=8, vp=4, dp=64, ep=64, micro_batch=1, sp=True, zero=1, recompute="selective"),
+        dict(tp=2, pp=8, vp=4, dp=64, ep=64, micro_batch=1, sp=True, zero=1, recompute="mla_up_proj,mlp",
+             layers_per_stage=[2] + [2] * 30 + [1]),  # the preset's layout Et|(tt|)*30mL
         dict(FP8_CS, moe_dispatcher="flex", overlap_moe_expert_parallel_comm=True), tokens_per_gpu_s=1297,
-        notes="selective recomputation (mla_up_proj, mlp in the v0.2.0 preset; nest's selective is core "
-              "attention only); FP8-CS assumed; DeepEP dispatcher and EP overlap in the v0.2.0 preset"),
+        notes="recompute modules mla_up_proj and mlp, pipeline layout Et|(tt|)*30mL (the multi-token "
+              "prediction module with the loss), DeepEP dispatcher and EP overlap (v0.2.0 preset); FP8-CS "
+              "assumed"),
     Run("zoo-q3-235b-ep32-h100", ZOO_QWEN3 + " (cross-node EP, 19.7 s)", MODELS["qwen3-235b-a22b"], 256, 4096, 2048,
-        dict(tp=2, pp=8, vp=4, dp=16, ep=32, micro_batch=1, sp=True, zero=1, recompute="layernorm,moe_act"),
+        dict(tp=2, pp=8, vp=4, dp=16, ep=32, micro_batch=1, sp=True, zero=1, recompute="layernorm,moe_act",
+             layers_per_stage=ZOO_SPLIT_PP8_VP4),
         dict(ZOO_JOB), tokens_per_gpu_s=2048 * 4096 / (19.7 * 256),
         notes="BF16, DeepEP (flex), recompute norm and act (layernorm,moe_act); step time as published"),
     Run("zoo-q3-235b-ep32-overlap-h100", ZOO_QWEN3 + " (cross-node EP, +1f1b overlap, 17.6 s)",
         MODELS["qwen3-235b-a22b"], 256, 4096, 2048,
-        dict(tp=2, pp=8, vp=4, dp=16, ep=32, micro_batch=1, sp=True, zero=1, recompute="layernorm,moe_act"),
+        dict(tp=2, pp=8, vp=4, dp=16, ep=32, micro_batch=1, sp=True, zero=1, recompute="layernorm,moe_act",
+             layers_per_stage=ZOO_SPLIT_PP8_VP4),
         dict(ZOO_JOB, overlap_moe_expert_parallel_comm=True), tokens_per_gpu_s=2048 * 4096 / (17.6 * 256),
         notes="the run above with the 1F1B EP overlap (A2A_OVERLAP=1)"),
     Run("zoo-q3-235b-ep8-fsdp-h100", ZOO_QWEN3 + " (intra-node EP, FSDP, 17.6 s)", MODELS["qwen3-235b-a22b"], 256,
         4096, 2048, dict(tp=2, pp=1, dp=128, ep=8, micro_batch=4, sp=True, zero=3, recompute="full"),
         dict(ZOO_JOB, framework="megatron"), tokens_per_gpu_s=2048 * 4096 / (17.6 * 256),
         notes="Megatron-FSDP (ZeRO-3), full recomputation, micro-batch 4"),
+    Run("zoo-q3-235b-a2a-pp32-h100", ZOO_QWEN3 + " (intra-node EP, A2A dispatcher, PP32, 24.2 s)",
+        MODELS["qwen3-235b-a22b"], 256, 4096, 2048,
+        dict(tp=2, pp=32, vp=3, dp=4, ep=8, micro_batch=1, sp=True, zero=1, recompute="layernorm,moe_act",
+             layers_per_stage=[1] * 96),  # --account-for-embedding/loss-in-pipeline-split: 96 / 96
+        dict(ZOO_JOB, moe_dispatcher="alltoall"), tokens_per_gpu_s=2048 * 4096 / (24.2 * 256),
+        notes="alltoall dispatcher; the embedding and the loss each count as a layer of the split"),
+    Run("zoo-q3-235b-tp4-ep8-h100", ZOO_QWEN3 + " (intra-node EP, TP4, 29.0 s)", MODELS["qwen3-235b-a22b"], 256,
+        4096, 2048, dict(tp=4, pp=8, vp=4, dp=8, ep=8, micro_batch=1, sp=True, zero=1, recompute="none",
+                         layers_per_stage=ZOO_SPLIT_PP8_VP4),
+        dict(ZOO_JOB), tokens_per_gpu_s=2048 * 4096 / (29.0 * 256), notes="DeepEP (flex), no recomputation"),
     Run("ps2606-h100-l3-70b-sft", BRIDGE + " (26.06, H100 SFT)", MODELS["llama3-70b"], 32, 4096, 32,
         dict(tp=4, pp=4, vp=5, dp=2, micro_batch=1, sp=True, zero=1, recompute="none"), FP8_CS,
         tokens_per_gpu_s=1638),

@@ -129,7 +129,7 @@ class LayerConfig:
     sp: bool
     micro_batch: int
     recompute: str
-    tied_copy: bool = False  # the head stage keeps its own copy of tied embeddings
+    tied_copy: bool = False  # the head stage keeps its own copy of the embedding (tied, or MTP)
     cp: int = 1
     ep: int = 1
     # the transformer layers, first ones first, whose activations Transformer Engine
@@ -179,12 +179,13 @@ class Candidate:
                 "activation_offload_layers": cfg.act_offload}
 
     @staticmethod
-    def of_parallelism(parallelism: dict, tied_embeddings: bool) -> "Candidate":
-        """The candidate of a plan's ``parallelism`` object (``tied_embeddings``: the
-        model's, which decides the head stage's copy)."""
+    def of_parallelism(parallelism: dict, head_needs_embedding: bool) -> "Candidate":
+        """The candidate of a plan's ``parallelism`` object (``head_needs_embedding``: the
+        model's :attr:`~nest.specs.ModelSpec.head_needs_embedding`, which decides the head
+        stage's copy of the embedding)."""
         p = parallelism
         cfg = LayerConfig(p["tp"], bool(p["sp"]), p["micro_batch"], p["recompute"],
-                          tied_embeddings and p["pp"] > 1, p.get("cp", 1), p.get("ep", 1),
+                          head_needs_embedding and p["pp"] > 1, p.get("cp", 1), p.get("ep", 1),
                           p.get("activation_offload_layers", 0))
         return Candidate(cfg, p["pp"], p["dp"], p.get("vp", 1), p.get("zero", 0),
                          p.get("rank_order", DEFAULT_ORDER), p.get("optimizer_offload_fraction", 0.0))

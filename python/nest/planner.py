@@ -254,7 +254,7 @@ def simulate(plan: Plan, model=None, cluster=None, job: JobSpec | None = None, *
                                         job if job is not None else JobSpec.of_document(plan.job),
                                         devices=plan.cluster["devices"] if cluster is None else None)
     scn = Scenario(model, cluster, job, source)
-    cand = Candidate.of_parallelism(plan.parallelism, model.tied_embeddings)
+    cand = Candidate.of_parallelism(plan.parallelism, model.head_needs_embedding)
     layers = [len(s.layers) for s in plan.stages]
     from .schedule.simulate import simulate_candidate  # the event-driven replay, loaded when asked for
 
@@ -271,7 +271,8 @@ def _fixed_config(scn: Scenario, tp, sp, micro_batch, recompute, cp, ep, pp, act
     for name, value in (("tp", tp), ("pp", pp), ("micro_batch", micro_batch), ("cp", cp), ("ep", ep)):
         _positive(name, value)
     check_tp(scn.model, scn.cluster, tp)
-    return LayerConfig(tp, sp, micro_batch, recompute, scn.model.tied_embeddings and pp > 1, cp, ep, act_offload)
+    return LayerConfig(tp, sp, micro_batch, recompute, scn.model.head_needs_embedding and pp > 1, cp, ep,
+                       act_offload)
 
 
 def _check_fixed(scn: Scenario, cand: Candidate, layers) -> None:

@@ -98,6 +98,10 @@ class ModelSpec:
     qk_rope_head_dim: int = 0
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
+    # Multi-token prediction (DeepSeek-V3: 1): modules after the last block, each an
+    # embedding of the next tokens, two norms, a 2h -> h projection, a transformer layer
+    # like the last block and one more output layer and loss, on the output layer's stage
+    mtp_layers: int = 0
     published_parameters: int = 0  # 0: unknown
     published_active_parameters: int = 0  # MoE: parameters used per token (0: unknown)
     default_global_batch: int = 0  # published training batch in sequences (0: unknown)
@@ -133,11 +137,11 @@ class ModelSpec:
                 "model.attention_head_dim", self.attention_head_dim, f"must be at most {MAX_WIDTH}")
         for name in ("num_experts", "experts_per_token", "moe_ffn_hidden", "num_shared_experts",
                      "first_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
-                     "qk_nope_head_dim", "v_head_dim", "published_active_parameters"):
+                     "qk_nope_head_dim", "v_head_dim", "published_active_parameters", "mtp_layers"):
             value = getattr(self, name)
             require(isinstance(value, int) and not isinstance(value, bool) and value >= 0,
                     f"model.{name}", value, "must be an integer >= 0")
-            most = MAX_HEADS if name == "num_experts" else MAX_WIDTH
+            most = MAX_HEADS if name == "num_experts" else MAX_LAYERS if name == "mtp_layers" else MAX_WIDTH
             if name not in ("first_dense_layers", "published_active_parameters"):
                 require(value <= most, f"model.{name}", value, f"must be at most {most}")
         _positive_int("model.moe_layer_interval", self.moe_layer_interval)
@@ -163,6 +167,16 @@ class ModelSpec:
         """Whether transformer block ``index`` (0-based) has routed experts."""
         return (self.is_moe and index >= self.first_dense_layers
                 and (index - self.first_dense_layers) % self.moe_layer_interval == 0)
+
+    @property
+    def head_needs_embedding(self) -> bool:
+        """Whether the output layer's pipeline stage needs the word embedding: it is the
+        output layer (tied embeddings), or MTP modules embed the next tokens with it. A
+        stage without the embedding node then keeps its own copy, as Megatron-LM does
+        (``LanguageModule.setup_embeddings_and_output_layer``; ``GPTModel.__init__`` builds
+        an embedding on the MTP stage: ``if self.pre_process or self.mtp_process``,
+        core_v0.14.0 ``megatron/core/models/gpt/gpt_model.py``)."""
+        return self.tied_embeddings or self.mtp_layers > 0
 
     @property
     def head_dim(self) -> int:

@@ -11,6 +11,13 @@ split over expert-parallel ranks without tensor parallelism inside an expert (ex
 TP = 1, Megatron-Core's MoE parallel folding); shared experts are tensor-parallel like a
 dense MLP; the router is replicated.
 
+Multi-token prediction modules (DeepSeek-V3) belong to the head node: Megatron-Core runs
+them on the output layer's pipeline stage, after the last block and with the loss
+(core_v0.14.0 ``gpt_model.py`` ``GPTModel._postprocess``). Each holds two norms, the
+``2h -> h`` projection ``eh_proj`` (column-parallel), a transformer layer built from the
+last block's spec (``pretrain_gpt.py``: ``transformer_layer_spec.layer_specs[-1]``) and a
+final norm; the embedding and output layer are shared.
+
 Multi-head latent attention (DeepSeek-V3) is counted exactly (low-rank Q and KV
 projections with their norms, decoupled RoPE keys); for time and memory it is priced as
 an attention block with the same projection FLOPs and ``qk_nope + qk_rope`` query/key
@@ -141,18 +148,36 @@ def embedding_params(model: ModelSpec, tp: int = 1) -> float:
     return params
 
 
+def mtp_layer_is_moe(model: ModelSpec) -> bool:
+    """Whether a multi-token prediction module's transformer layer has routed experts: it
+    is built from the last block's spec."""
+    return model.is_moe_block(model.num_layers - 1)
+
+
+def mtp_params(model: ModelSpec, tp: int = 1, ep: int = 1) -> tuple[float, float]:
+    """(dense, expert) parameters of one multi-token prediction module on one rank: its
+    norms, ``eh_proj`` and transformer layer (the shared embedding and output layer are
+    not its own)."""
+    own = 3 * _norm_params(model) + 2 * model.hidden * model.hidden / tp
+    if mtp_layer_is_moe(model):
+        dense, expert = moe_block_params(model, tp, ep)
+        return own + dense, expert
+    return own + block_params(model, tp), 0.0
+
+
 def head_params(model: ModelSpec, tp: int = 1, holds_embedding_copy: bool = False) -> float:
-    """Final norm and LM head on one TP rank.
+    """Final norm and LM head on one TP rank (the multi-token prediction modules apart:
+    :func:`mtp_params`).
 
     With tied embeddings the output layer reuses the word embedding; when the head sits
     on another pipeline stage than the embedding, that stage keeps its own copy
-    (``holds_embedding_copy``), as Megatron-LM does.
+    (``holds_embedding_copy``), as Megatron-LM does, which an untied model with MTP
+    modules keeps next to its output layer (:attr:`~nest.specs.ModelSpec.head_needs_embedding`).
     """
     h = model.hidden
     # BERT is post-LN: its blocks end in a norm, so there is no final one.
     params = 0.0 if model.encoder_head else float(_norm_params(model))
-    if not model.tied_embeddings or holds_embedding_copy:
-        params += model.vocab_size * h / tp
+    params += model.vocab_size * h / tp * ((not model.tied_embeddings) + holds_embedding_copy)
     if model.encoder_head:
         params += h * h + h  # pooler
         params += h * h + h + _norm_params(model)  # masked-LM transform
@@ -162,6 +187,8 @@ def head_params(model: ModelSpec, tp: int = 1, holds_embedding_copy: bool = Fals
 
 
 def _blocks_total(model: ModelSpec, experts_used: float) -> float:
+    """Parameters of the blocks and the multi-token prediction modules, routed experts
+    counted ``experts_used`` of ``num_experts`` times."""
     total = 0.0
     for i in range(model.num_layers):
         if model.is_moe_block(i):
@@ -169,7 +196,8 @@ def _blocks_total(model: ModelSpec, experts_used: float) -> float:
             total += dense + expert * experts_used / model.num_experts
         else:
             total += block_params(model)
-    return total
+    dense, expert = mtp_params(model)
+    return total + model.mtp_layers * (dense + (expert * experts_used / model.num_experts if expert else 0.0))
 
 
 def parameter_count(model: ModelSpec) -> int:
@@ -195,5 +223,6 @@ def node_params(model: ModelSpec, kind: str, tp: int, tied_copy: bool, ep: int =
     elif kind == MOE:
         dense, expert = moe_block_params(model, tp, ep)
     else:
-        dense, expert = head_params(model, tp, tied_copy), 0.0
+        dense, expert = mtp_params(model, tp, ep)
+        dense, expert = head_params(model, tp, tied_copy) + model.mtp_layers * dense, model.mtp_layers * expert
     return math.ceil(dense), math.ceil(expert)

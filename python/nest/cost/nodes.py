@@ -42,7 +42,7 @@ from ..specs import JobSpec, ModelSpec
 from .activations import Activations
 from .compute import KernelModel
 from .host import LaunchCounter, block_host_ops, host_bound
-from .model import BLOCK, EMBEDDING, MOE, attention_shape, node_params
+from .model import BLOCK, EMBEDDING, HEAD, MOE, attention_shape, mtp_layer_is_moe, node_params
 
 COST_FIELDS = ("fwd_s", "bwd_s", "recompute_s", "compute_s", "core_fwd_s", "core_bwd_s",
                "cp_fwd_bytes", "cp_bwd_bytes", "cp_steps_fwd", "cp_steps_bwd", "params_dense",
@@ -145,6 +145,8 @@ class NodeCostModel:
             check_priceable(self.model, self.job, self.e, int(c.micro_batch.max()))
         out = self._columns(kind, c)
         self._wait_for_host(kind, c, out)
+        if kind == HEAD and self.model.mtp_layers:
+            out = self._with_mtp(c, out)
         keys = np.stack([c.tp, c.tied_copy.astype(np.int64), c.ep], axis=1)
         unique, inverse = np.unique(keys, axis=0, return_inverse=True)
         params = [node_params(self.model, kind, int(tp), bool(tied), int(ep)) for tp, tied, ep in unique]
@@ -187,15 +189,23 @@ class NodeCostModel:
             host = host + added
         out["host_s"] = host
 
-    def model_flops(self, kind: str, c: ConfigArrays) -> np.ndarray:
+    def model_flops(self, kind: str, c: ConfigArrays, mtp: bool = True) -> np.ndarray:
         """Forward + backward model FLOPs of one micro-batch of ``kind`` on one device
-        (recomputation not counted; for MFU). Counted in exact integers (object columns):
-        the products exceed 2^53."""
+        (recomputation not counted; for MFU), the head's with its multi-token prediction
+        modules unless ``mtp`` is false. Counted in exact integers (object columns): the
+        products exceed 2^53."""
         m, t = self.model, c.tp.astype(object)
         n = (c.micro_batch.astype(object) * self.job.seq_len) // c.cp.astype(object)
         h, up = m.hidden, self.acts.gated()
         if kind == EMBEDDING:
             return np.zeros(len(c))
+        if kind == HEAD and m.mtp_layers and mtp:
+            # each multi-token prediction module: its layer, eh_proj and one more loss
+            # (Megatron-LM's count, core_v0.14.0 training.py num_floating_point_operations)
+            layer = self.model_flops(MOE if mtp_layer_is_moe(m) else BLOCK, c)
+            proj = np.array([3 * 2 * x * 2 * h * h / tp for x, tp in zip(n.tolist(), t.tolist())], dtype=np.float64)
+            head = self.model_flops(HEAD, c, mtp=False)
+            return (1 + m.mtp_layers) * head + m.mtp_layers * (layer + proj)
         if kind in (BLOCK, MOE):
             a, s, b = self.attn, self.job.seq_len, c.micro_batch.astype(object)
             flops = 2 * n * a.projection_params + 2 * b * (s // c.cp.astype(object)) * s * (a.q_width + a.o_width)
@@ -353,6 +363,94 @@ class NodeCostModel:
             "mlp_fwd_s": experts, "mlp_bwd_s": 2 * experts,
             "offload_freed_bytes": _where(offloading, freed, 0), "offload_copied_bytes": _where(offloading, copied, 0),
         }
+
+    # -- multi-token prediction ---------------------------------------------------------
+
+    def _mtp_extras(self, c):
+        """(forward, backward) kernels of one multi-token prediction module besides its
+        transformer layer: the embedding lookup of the next tokens, ``enorm`` and
+        ``hnorm``, their concatenation and ``eh_proj`` (``[n, 2h] x [2h, h/tp]``, FP8
+        under FP8), its output gathered over TP and split back to the sequence-parallel
+        region (core_v0.14.0 ``multi_token_prediction.py``
+        ``MultiTokenPredictionLayer._concat_embeddings``), and the final norm."""
+        m, k, rep = self.model, self.k, self._replicated(c)
+        n, hidden = self._tokens(c), self._hidden_bytes(c)
+        proj = k.gemm(n, m.hidden / c.tp, 2 * m.hidden)
+        # lookup (write), two norms (read + write), concatenation (write 2h), the gathered
+        # output's copy, the final norm (read + write)
+        fwd = proj + k.stream((1 + 4 + 2 + 1 + 2) * hidden / rep, kernels=6)
+        bwd = 2 * proj + k.stream((1 + 4 + 2 + 1 + 2) * hidden / rep, kernels=5)
+        return fwd, bwd
+
+    def _mtp(self, c):
+        """Columns of one multi-token prediction module without its loss: the transformer
+        layer (the last block's kind, with its host floor) and :meth:`_mtp_extras`, whose
+        passes wait for the host like other nodes (one call per kernel). Its TP
+        collectives besides the layer's: the vocabulary-parallel lookup (one all-reduce
+        equivalent) and ``eh_proj``'s (the ``2h`` input gathered and its gradient
+        reduced, the output gathered: 2.5). A full recomputation repeats the module's
+        forward and keeps its two inputs (``MultiTokenPredictionLayer._checkpointed_forward``);
+        activation offload never covers it (its ``offload_context`` is a null context)."""
+        kind = MOE if mtp_layer_is_moe(self.model) else BLOCK
+        out = self._columns(kind, c)
+        self._wait_for_host(kind, c, out)
+        fwd, bwd = self._mtp_extras(c)
+        launch_fwd, launch_bwd = self._launches._mtp_extras(c)
+        fwd, host_fwd = host_bound(fwd, launch_fwd)
+        bwd, host_bwd = host_bound(bwd, launch_bwd)
+        full = c.recompute == RECOMPUTE_MODES.index("full")
+        hidden, rep = self._hidden_bytes(c), self._replicated(c)
+        out["fwd_s"], out["bwd_s"] = out["fwd_s"] + fwd, out["bwd_s"] + bwd
+        out["recompute_s"] = out["recompute_s"] + _where(full, fwd, 0.0)
+        out["host_s"] = out["host_s"] + host_fwd + host_bwd + _where(full, host_fwd, 0.0)
+        n = self._tokens(c)
+        q = self.acts.q
+        # enorm's input and statistics, hnorm's (depth 1's is the decoder's last output,
+        # which the main head's norm keeps already: counted there), eh_proj's 2h input
+        extras = n * (self.e * self.model.hidden + self.acts.stats + 2 * q * self.model.hidden) // rep
+        out["act_bytes"] = _where(full, 2 * hidden // rep, out["act_bytes"] + extras)
+        # TP bytes x count the recomputation repeats: the layer's share, eh_proj's forward (1.5)
+        has_tp = c.tp > 1
+        layer_tp = (out["tp_count"] * out["tp_bytes"]).sum(axis=-1)
+        recomputed = out["recompute_tp_share"] * layer_tp + _where(full, 1.5 * hidden, 0.0)
+        out["recomputed_tp"] = _where(has_tp, recomputed, 0.0)
+        count = _where(has_tp, 3.5 + _where(full, 1.5, 0.0), 0.0)
+        out["tp_count"] = np.concatenate([out["tp_count"], np.asarray(count)[..., None]], axis=-1)
+        out["tp_bytes"] = np.concatenate([out["tp_bytes"], np.asarray(_where(has_tp, hidden, 0))[..., None]],
+                                         axis=-1)
+        for name in ("offload_freed_bytes", "offload_copied_bytes"):
+            out[name] = 0
+        return out
+
+    def _with_mtp(self, c, head):
+        """The head node with its multi-token prediction modules (``model.mtp_layers``):
+        each module's columns (:meth:`_mtp`) and its loss, another pass of the output
+        layer and cross-entropy like the head's own (the ``mtp_layers + 1`` losses run one
+        after another: the logits of one live at a time). Ring-attention steps and
+        expert all-to-alls are the modules' (the head has none); ``core_*_s`` stay one
+        module's, which each of its ring passes hides behind."""
+        d = self.model.mtp_layers
+        mtp = {name: np.asarray(v) for name, v in self._mtp(c).items()}
+        out = {name: np.asarray(v) for name, v in head.items()}
+        for name in ("fwd_s", "bwd_s", "recompute_s", "host_s", "mlp_fwd_s", "mlp_bwd_s", "act_bytes"):
+            out[name] = (1 + d) * out.get(name, 0.0) + d * mtp[name]
+        for name in ("core_fwd_s", "core_bwd_s", "cp_fwd_bytes", "cp_bwd_bytes", "ep_bytes",
+                     "offload_freed_bytes", "offload_copied_bytes"):
+            out[name] = mtp[name]
+        for name in ("cp_steps_fwd", "cp_steps_bwd", "ep_count"):
+            out[name] = d * mtp[name]
+        out["transient_bytes"] = np.maximum(out["transient_bytes"], mtp["transient_bytes"])
+        size = len(c)
+        slots = lambda x: np.broadcast_to(x, (size, x.shape[-1])) if x.ndim else np.broadcast_to(x, (size, 1))  # noqa: E731
+        head_tp, mtp_tp = slots(out["tp_count"]), slots(mtp["tp_count"])
+        out["tp_count"] = np.concatenate([(1 + d) * head_tp, d * mtp_tp], axis=-1)
+        out["tp_bytes"] = np.concatenate([slots(out["tp_bytes"]), slots(mtp["tp_bytes"])], axis=-1)
+        # the recomputation's share of the node's TP traffic, by bytes: the modules'
+        recomputed = d * mtp["recomputed_tp"]
+        total = (out["tp_count"] * out["tp_bytes"]).sum(axis=-1)
+        out["recompute_tp_share"] = np.where(total > 0, recomputed / np.where(total > 0, total, 1), 0.0)
+        out["recompute_ep_share"] = mtp["recompute_ep_share"]
+        return out
 
     # -- embedding and head ------------------------------------------------------------
 

@@ -164,7 +164,7 @@ class Framework:
         framework), else :meth:`launch` of the checked document."""
         reader = PlanReader(plan)
         model = ModelSpec(**reader.architecture())
-        self.check(model, reader.job_spec, reader.candidate(model.tied_embeddings))
+        self.check(model, reader.job_spec, reader.candidate(model.head_needs_embedding))
         return self.launch(reader)
 
     def launch(self, plan: PlanReader) -> str:

@@ -15,7 +15,9 @@ What the plan's settings become:
   ``gpt3_mr_mcore_te_tp2_zp_z3_resume_fsdp_dtensor_dgx_a100_1N8G`` (core_v0.14.0) run it.
 * The split: ``--pipeline-model-parallel-layout`` whenever ``pp > 1``, one ``|``-separated
   group per virtual stage in model order (``E`` the embedding, ``t`` a block, ``L`` the
-  output layer and loss; ``megatron/core/transformer/pipeline_parallel_layer_layout.py``),
+  output layer and loss after an ``m`` per multi-token prediction module, which must share
+  the last stage with the loss, ``validate_layer_layout``;
+  ``megatron/core/transformer/pipeline_parallel_layer_layout.py``),
   which expresses any split, interleaved or not: stage ``i`` runs on pipeline rank
   ``i mod pp`` as chunk ``i // pp``, exactly the order of nest's virtual stages. The layout
   excludes ``--num-virtual-stages-per-pipeline-rank`` (``validate_args``).
@@ -145,6 +147,15 @@ class Megatron(Framework):
         if job.overlap_param_gather and not job.overlap_grad_reduce:
             raise SpecError("framework = megatron: --overlap-param-gather needs --overlap-grad-reduce "
                             f"({_V014} megatron/training/arguments.py validate_args)")
+        if model.mtp_layers and model.position_embedding != "rope":
+            raise SpecError(f"framework = megatron: model.mtp_layers = {model.mtp_layers}: multi-token prediction "
+                            f"runs with rotary positions only ({_V014} megatron/training/arguments.py validate_args); "
+                            "closest expressible: mtp_layers=0")
+        if model.mtp_layers > 1 and job.overlap_moe_expert_parallel_comm and model.is_moe:
+            raise SpecError(f"framework = megatron: model.mtp_layers = {model.mtp_layers}: the EP overlap "
+                            f"(--overlap-moe-expert-parallel-comm) runs with one MTP module at most ({_V014} "
+                            "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__); "
+                            "closest expressible: overlap_moe_expert_parallel_comm=False")
         if model.position_embedding == "learned" and job.seq_len > model.max_position:
             raise SpecError(f"framework = megatron: seq_len = {job.seq_len}: more than the model's "
                             f"{model.max_position} positions ({_V014} validate_args: max_position_embeddings >= "
@@ -262,6 +273,8 @@ class Megatron(Framework):
             add("--hidden-dropout", 0)
             add("--attention-dropout", 0)
         add("--vocab-size", m["vocab_size"])
+        if m.get("mtp_layers"):
+            add("--mtp-num-layers", m["mtp_layers"])
         if not p.job_spec.flash_attention:
             add("--attention-backend", "unfused")
         if m["num_experts"]:

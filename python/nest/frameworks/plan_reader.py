@@ -142,8 +142,10 @@ class PlanReader:
 
     def stage_codes(self) -> list[str]:
         """Per virtual stage in model order: ``E`` for the embedding, ``t`` per block, ``L``
-        for the output layer and loss (Megatron's layout letters)."""
-        codes = ["".join("E" if n == "embedding" else "L" if n == "head" else "t" for n in stage)
+        for the output layer and loss, after an ``m`` per multi-token prediction module,
+        which nest's head node holds (Megatron's layout letters)."""
+        loss = "m" * (self.model_spec or {}).get("mtp_layers", 0) + "L"
+        codes = ["".join("E" if n == "embedding" else loss if n == "head" else "t" for n in stage)
                  for stage in self.virtual]
         if not codes[0].startswith("E"):
             codes[0] = "E" + codes[0]  # a plan without embedding/head nodes (measured layers)
@@ -165,9 +167,10 @@ class PlanReader:
         optimizer, attention, overlap switches, framework): what the launchers read."""
         return JobSpec.of_document(self.job)
 
-    def candidate(self, tied_embeddings: bool) -> Candidate:
+    def candidate(self, head_needs_embedding: bool) -> Candidate:
         """The plan's configuration, from the checked fields (``zero`` with the
-        distributed optimizer folded in; ``tied_embeddings``: the model's)."""
-        cfg = LayerConfig(self.tp, self.sp, self.micro_batch, self.recompute, tied_embeddings and self.pp > 1,
+        distributed optimizer folded in; ``head_needs_embedding``: the model's,
+        :attr:`~nest.specs.ModelSpec.head_needs_embedding`)."""
+        cfg = LayerConfig(self.tp, self.sp, self.micro_batch, self.recompute, head_needs_embedding and self.pp > 1,
                           self.cp, self.ep, self.act_offload)
         return Candidate(cfg, self.pp, self.dp, self.vp, self.zero, self.order, self.offload)

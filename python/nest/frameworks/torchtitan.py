@@ -45,8 +45,9 @@ from .plan_reader import PlanReader
 
 _V = "torchtitan 0.3.0"
 
+# the 0.3.0 registry has no multi-token prediction (its deepseek_v3_671b none; MTP came after)
 _DECODER = dict(mlp="swiglu", norm="rmsnorm", bias=False, tied_embeddings=False, position_embedding="rope",
-                encoder_head=False, causal=True, moe_layer_interval=1)
+                encoder_head=False, causal=True, moe_layer_interval=1, mtp_layers=0)
 
 REGISTRY = (
     # (--module, --config, the architecture of its model_spec: ModelSpec fields)

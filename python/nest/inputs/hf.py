@@ -24,7 +24,8 @@ Mixture of experts: ``num_local_experts`` (Mixtral), ``num_experts`` (Qwen),
 (per expert; Mixtral's experts are ``intermediate_size`` wide);
 ``shared_expert_intermediate_size`` (Qwen2-MoE) or ``n_shared_experts`` (DeepSeek);
 which blocks are MoE from ``decoder_sparse_step`` + ``mlp_only_layers`` (Qwen) or
-``first_k_dense_replace`` + ``moe_layer_freq`` (DeepSeek). Hugging Face's MoE layers
+``first_k_dense_replace`` + ``moe_layer_freq`` (DeepSeek), multi-token prediction modules
+from ``num_nextn_predict_layers`` (DeepSeek). Hugging Face's MoE layers
 are dropless, so ``capacity_factor`` is 0 (dropless) unless overridden.
 Multi-head latent attention (DeepSeek): ``q_lora_rank`` (null: no query compression),
 ``kv_lora_rank``, ``qk_rope_head_dim``, ``qk_nope_head_dim``, ``v_head_dim``.
@@ -38,7 +39,7 @@ Architecture features :class:`ModelSpec` cannot express are mapped to the closes
 fields and listed by :func:`approximations` (and in the spec's ``source``), e.g. Qwen2's
 bias on Q/K/V only (mapped to ``bias=True``, which adds the output-projection bias,
 ``hidden`` parameters per block), Qwen3's explicit ``head_dim`` and Q/K norms,
-DeepSeek's multi-token-prediction layers and router bias.
+DeepSeek's router bias.
 """
 
 from __future__ import annotations
@@ -175,10 +176,7 @@ def _experts(cfg: _Config, model_type: str, fields: dict, notes: list[str]) -> N
         if cfg.has("topk_method") and cfg.data["topk_method"] == "noaux_tc":
             notes.append(f"router score-correction bias ({fields['num_experts']} parameters "
                          "per MoE block) not counted")
-        mtp = cfg.int("num_nextn_predict_layers", default=0, minimum=0)
-        if mtp:
-            notes.append(f"num_nextn_predict_layers = {mtp}: multi-token-prediction module "
-                         "not modelled")
+        fields["mtp_layers"] = cfg.int("num_nextn_predict_layers", default=0, minimum=0)
         return
     # Qwen: block i is MoE iff i not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0.
     step = cfg.int("decoder_sparse_step", default=1)

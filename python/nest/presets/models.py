@@ -96,11 +96,17 @@ _PRESETS += [
     _moe("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936, 128, 8, 1536, 235_000_000_000,
          22_000_000_000, 1024, "Qwen/Qwen3-235B-A22B config.json; Qwen3 technical report "
          "(235B total, 22B active)", attention_head_dim=128, qk_norm=True),
-    _moe("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 256, 8, 2048, 671_000_000_000,
-         37_000_000_000, 4608, "deepseek-ai/DeepSeek-V3 config.json; DeepSeek-V3 technical "
-         "report (671B total, 37B active, excluding the 14B multi-token-prediction module)",
+    # trained with one multi-token prediction module (num_nextn_predict_layers = 1; every
+    # Megatron DeepSeek-V3 recipe sets mtp_num_layers 1). README_WEIGHTS.md: the main model
+    # 671B (36.6B active with the 0.9B output head, the 0.9B input embedding left out, which
+    # nest counts as used), the module 11.5B unique (1.5B active, 0.9B of it the shared
+    # head; 14B as stored, with copies of the embedding and output head): active 36.6 +
+    # 0.6 + 0.9
+    _moe("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 256, 8, 2048, 682_500_000_000,
+         38_100_000_000, 4608, "deepseek-ai/DeepSeek-V3 config.json and README_WEIGHTS.md; DeepSeek-V3 "
+         "technical report (671B main model + the multi-token prediction module's 11.5B unique)",
          num_shared_experts=1, first_dense_layers=3, q_lora_rank=1536, kv_lora_rank=512,
-         qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128),
+         qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, mtp_layers=1),
 ]
 
 MODELS: dict[str, ModelSpec] = {m.name: m for m in _PRESETS}

@@ -341,7 +341,7 @@ def _single_changes(scn: Scenario, cand: Candidate, fixed_split: bool) -> list[l
             if devices > scn.cluster.num_devices and scn.cluster.is_graph:
                 break  # a graph is the network as given: more devices would be another graph
             more = f" on {devices} devices" if devices > scn.cluster.num_devices else ""
-            tied = scn.model.tied_embeddings and pp > 1
+            tied = scn.model.head_needs_embedding and pp > 1
             stages.append((f"pp={pp}{more}" + (" with activation_offload=0" if cfg.act_offload else ""),
                            replace(cand, pp=pp, cfg=replace(cfg, tied_copy=tied, act_offload=0)), False))
             pp *= 2

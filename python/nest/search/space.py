@@ -167,7 +167,7 @@ class PartialSpace:
         self.admission = Admission.of(model, job, cluster.device)
         self.limits = limits = self.admission.limits(limits)
         self.num_nodes, self.devices = num_nodes, cluster.num_devices
-        self.tied = bool(model.tied_embeddings)
+        self.tied = model.head_needs_embedding
         tps = list(limits.tp) if limits.tp is not None else tensor_parallel_degrees(model, cluster)
         for tp in tps:
             check_tp(model, cluster, tp)
