@@ -8,6 +8,7 @@ import pytest
 
 from nest.cost.compute import FLASH_BACKWARD_FACTOR, KernelModel
 from nest.cost.efficiency import DEVICE_EFFICIENCY, GENERIC, device_efficiency, gemm_fraction, gemm_throughput
+from nest.errors import SpecError
 from nest.network.tiers import (
     NCCL_EFFICIENCY,
     RAW_EFFICIENCY,
@@ -79,12 +80,18 @@ def test_fp8_quantization_by_recipe_and_architecture():
     m, n, k = 8192, 4096, 8192
     for device, recipe, nbytes, launches in ((H100, "delayed", 4, 2), (H100, "tensorwise", 6, 3),
                                              (DEVICES["b200"], "delayed", 3, 2), (DEVICES["b200"], "tensorwise", 5, 3),
-                                             (DEVICES["gb200"], "delayed", 3, 2)):
+                                             (DEVICES["gb200"], "delayed", 3, 2), (H100, "blockwise", 4 + 8 / 128, 1),
+                                             (DEVICES["h200"], "blockwise", 4 + 8 / 128, 1)):
         km = KernelModel(device, 1, device.peak_flops("fp8"), recipe)
         bare = KernelModel(device, 1, device.peak_flops("fp8"), recipe)
         bare.cast_bytes = bare.cast_launches = 0
         assert km.gemm(m, n, k) - bare.gemm(m, n, k) == pytest.approx(
             m * k * nbytes / km.memory_rate + launches * km.overhead, rel=1e-12), (device.name, recipe)
+    # block scaling (one cast with per-block scales, 1 x 128) is Hopper's only
+    for name in ("b200", "gb200"):
+        with pytest.raises(SpecError, match=f"^job.fp8_recipe = 'blockwise': device {name} has no FP8 block-scaled "
+                                            "GEMMs"):
+            KernelModel(DEVICES[name], 1, DEVICES[name].peak_flops("fp8"), "blockwise")
     # BF16 GEMMs quantize nothing, and the recipe does not matter to them
     assert KernelModel(H100, 2, H100.peak_flops("bf16"), "tensorwise").gemm(m, n, k) == \
         KernelModel(H100, 2, H100.peak_flops("bf16")).gemm(m, n, k)

@@ -593,9 +593,10 @@ OVERLAP_SWITCHES = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_over
                     "overlap_moe_expert_parallel_comm")
 """The :class:`JobSpec` switches of communication overlap (Megatron-LM's flag names)."""
 
-FP8_RECIPES = ("delayed", "tensorwise")
-"""The FP8 recipes nest tells apart (Megatron's ``--fp8-recipe``): ``delayed`` (its default)
-and ``tensorwise`` (current scaling)."""
+FP8_RECIPES = ("delayed", "tensorwise", "blockwise")
+"""The FP8 recipes nest tells apart (Megatron's ``--fp8-recipe``): ``delayed`` (its default),
+``tensorwise`` (current scaling) and ``blockwise`` (1 x 128 activation and 128 x 128 weight
+scales, DeepSeek-V3's; Hopper only)."""
 
 OFFLOAD_HANDLERS = ("v1", "v2")
 """Transformer Engine's activation-offload implementations (:mod:`nest.cost.activation_offload`):

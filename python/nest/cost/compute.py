@@ -42,7 +42,8 @@ class KernelModel:
         self.bmm_rate = act_peak * gemm_fraction(device, act_bytes)
         self.wave_elements = curve.wave_elements
         self.wave_tail = curve.wave_tail
-        self.cast_bytes, self.cast_launches = fp8_quantize(curve, fp8_recipe) if dtype_bytes == 1 else (0.0, 0)
+        self.cast_bytes, self.cast_launches = (fp8_quantize(curve, fp8_recipe, device.name) if dtype_bytes == 1
+                                               else (0.0, 0))
         self.act_bytes = act_bytes
         self.attention_rate = act_peak * device.attention_efficiency
         self.attention_backward_rate = self.attention_rate * curve.attention_backward_ratio

@@ -57,8 +57,14 @@ Delayed scaling casts with the stored scale in one fused ``cast_transpose`` (plu
 scale's reciprocal, ``Float8Quantizer::create_tensor``: 2 launches); per-tensor current
 scaling (``tensorwise``, ``Float8CurrentScalingQuantizer::quantize_impl``) first reads
 the tensor for its amax, then computes the scale, then casts: 2 more bytes per element,
-3 launches. FP8 weight copies are cached across the micro-batches of a step
-(``is_first_microbatch``) and are not charged.
+3 launches. Block scaling (``blockwise``, ``Float8BlockQuantizer::quantize``: one
+``nvte_quantize_v2``) finds each 1 x 128 block's amax as it casts, writing the row-wise and
+the transposed copy with an fp32 scale per block each, 4 + 8/128 bytes per element in one
+launch; Transformer Engine runs it on Hopper only (``pytorch/fp8.py``
+``check_fp8_block_scaling_support``: "FP8 block scaled GEMM requires Hopper and CUDA >=
+12.9"), and its GEMMs are priced at the per-tensor FP8 efficiency (no block-scaled
+measurement of the MAMF kind is published). FP8 weight copies are cached across the
+micro-batches of a step (``is_first_microbatch``) and are not charged.
 
 Fused attention runs at ``attention_efficiency`` of the 16-bit peak forward (FLOPs of
 causal attention counted at half, the FlashAttention convention) and at
@@ -80,6 +86,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import SpecError
 from ..specs import DeviceSpec
 
 MAMF_SOURCE = ("S. Bekman, Machine Learning Engineering, Maximum Achievable Matmul FLOPS table: "
@@ -99,7 +106,11 @@ BLACKWELL_FP8_CAST_BYTES = 3.0
 AMAX_PASS_BYTES = 2.0
 """The extra read of the BF16 operand per element that current scaling's amax takes."""
 
-FP8_QUANTIZE_LAUNCHES = {"delayed": 2, "tensorwise": 3}
+BLOCK_SCALE_BYTES = 2 * 4 / 128
+"""The fp32 scales of block scaling per element: one per 128-element block of the row-wise
+and of the transposed copy."""
+
+FP8_QUANTIZE_LAUNCHES = {"delayed": 2, "tensorwise": 3, "blockwise": 1}
 """Kernels one FP8 quantization launches, by recipe (see the module docstring)."""
 
 WAVE_TAIL = 0.5
@@ -123,6 +134,7 @@ class DeviceEfficiency:
     attention_backward_ratio: float = 1.0
     wave_tail: float = WAVE_TAIL
     fp8_cast_bytes: float = FP8_CAST_BYTES
+    block_scaling: bool = False  # FP8 block-scaled GEMMs (Hopper)
     source: str = ""
 
     @property
@@ -141,8 +153,8 @@ class DeviceEfficiency:
 DEVICE_EFFICIENCY: dict[str, DeviceEfficiency] = {
     "a100-40gb": DeviceEfficiency(108, 256, 128, 1.0, 0.52 / 0.62, source=MAMF_SOURCE),
     "a100-80gb": DeviceEfficiency(108, 256, 128, 1.0, 0.52 / 0.62, source=MAMF_SOURCE),
-    "h100-sxm": DeviceEfficiency(132, 128, 256, 0.709 / 0.803, 0.48 / 0.60, source=MAMF_SOURCE),
-    "h200": DeviceEfficiency(132, 128, 256, 0.734 / 0.803, 0.48 / 0.60, source=MAMF_SOURCE),
+    "h100-sxm": DeviceEfficiency(132, 128, 256, 0.709 / 0.803, 0.48 / 0.60, block_scaling=True, source=MAMF_SOURCE),
+    "h200": DeviceEfficiency(132, 128, 256, 0.734 / 0.803, 0.48 / 0.60, block_scaling=True, source=MAMF_SOURCE),
     "b200": DeviceEfficiency(148, 256, 128, 0.763 / 0.776, 0.48 / 0.60, fp8_cast_bytes=BLACKWELL_FP8_CAST_BYTES,
                              source=MAMF_SOURCE),
     "mi300x": DeviceEfficiency(304, 256, 256, 1.0, 1.0, source=MAMF_SOURCE),
@@ -165,11 +177,18 @@ def device_efficiency(device: DeviceSpec) -> DeviceEfficiency:
     return DEVICE_EFFICIENCY.get(device.name, GENERIC)
 
 
-def fp8_quantize(curve: DeviceEfficiency, recipe: str) -> tuple[float, int]:
+def fp8_quantize(curve: DeviceEfficiency, recipe: str, device: str = "") -> tuple[float, int]:
     """``(bytes per element, launches)`` of quantizing one BF16 GEMM operand to FP8 under
-    ``recipe`` on a device with ``curve`` (``(0, 0)`` on devices without a curve)."""
+    ``recipe`` on a device with ``curve`` (``(0, 0)`` on devices without a curve); a
+    SpecError for block scaling on a device whose curve has none (``device``: its name)."""
     if not curve.fp8_cast_bytes:
         return 0.0, 0
+    if recipe == "blockwise":
+        if not curve.block_scaling:
+            raise SpecError(f"job.fp8_recipe = 'blockwise': device {device} has no FP8 block-scaled GEMMs "
+                            "(Transformer Engine v2.7 pytorch/fp8.py check_fp8_block_scaling_support: Hopper only); "
+                            "closest expressible: fp8_recipe tensorwise")
+        return curve.fp8_cast_bytes + BLOCK_SCALE_BYTES, FP8_QUANTIZE_LAUNCHES[recipe]
     amax = AMAX_PASS_BYTES if recipe == "tensorwise" else 0.0
     return curve.fp8_cast_bytes + amax, FP8_QUANTIZE_LAUNCHES[recipe]
 
