@@ -43,7 +43,7 @@ FLOORS = (
     ("planner",),
     ("report",),
     ("studies",),
-    ("cli", "__main__", "__init__", "topology", "hf"),
+    ("cli", "cli_args", "__main__", "__init__", "topology", "hf"),
 )
 """Floors, lowest first: the first component of a module's name below ``nest``."""
 

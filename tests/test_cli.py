@@ -189,7 +189,7 @@ def test_plan_takes_the_search_limits_as_flags(capsys):
 
 
 def test_recompute_lists_read_modes_with_commas():
-    from nest.cli import _recompute_list
+    from nest.cli_args import recompute_list as _recompute_list
 
     assert _recompute_list("none,layernorm,moe_act,full") == ("none", "layernorm,moe_act", "full")
     assert _recompute_list("mla_up_proj,mlp") == ("mla_up_proj,mlp",)

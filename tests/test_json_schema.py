@@ -64,7 +64,7 @@ PLANS = {  # command lines whose stdout is a plan document
                              "--tp-comm-overlap", "--overlap-moe-expert-parallel-comm", "--grad-dtype", "bf16",
                              "--optimizer-state-dtype", "bf16", "--reserved-gib", "3", "--host-threads", "4",
                              "--moe-dispatcher", "flex", "--dtype", "fp8", "--fp8-param-gather",
-                             "--fp8-recipe", "tensorwise", "--activation-offload-handler", "v2"],
+                             "--fp8-recipe", "tensorwise", "--activation-offload-handler", "v2", "--moe-load-cv", "0.3"],
     # no host preset (cluster.host null), no published run, the python engine
     "evaluate-tpu-python-engine": ["evaluate", "--model", "gpt-1.7b", "--cluster", "tpuv4-fattree", "--devices",
                                    "64", "--tp", "2", "--pp", "2", "--dp", "16", "--mbs", "1", "--engine", "python"],

@@ -436,5 +436,5 @@ def test_grid_jobs_take_the_fp8_recipe_and_the_offload_handler(tmp_path):
     assert row["status"] == "ok" and (row["fp8_recipe"], row["activation_offload_handler"]) == ("tensorwise", "v2")
     grid["jobs"][0]["fp8_recipe"] = "mxfp8"
     with pytest.raises(nest.SpecError, match=r"^grid.jobs\[0\].fp8_recipe = 'mxfp8': must be one of delayed, "
-                                             r"tensorwise$"):
+                                             r"tensorwise, blockwise$"):
         expand_grid(grid)

@@ -16,8 +16,9 @@ import sys
 from dataclasses import replace
 
 from . import __version__
+from .cli_args import LIMIT_FLAGS, add_limits, fraction, int_list, narrowed_limits, non_negative, positive_int
 from .errors import InfeasibleError, SpecError
-from .parallel import DEFAULT_ORDER, RECOMPUTE_MODES, ZERO_STAGES, SpaceLimits
+from .parallel import DEFAULT_ORDER, RECOMPUTE_MODES, SpaceLimits
 from .specs import FP8_RECIPES, FRAMEWORKS, MOE_DISPATCHERS, MOMENT_BYTES, OFFLOAD_HANDLERS
 from .units import GiB
 
@@ -40,132 +41,6 @@ class _UsageError(Exception):
     """A command line argparse refused (its message), reported by :func:`main`."""
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
-
-
-def _degree_list(text: str) -> tuple[int, ...]:
-    """``8`` or ``4,8``: the degrees a search may use (positive integers)."""
-    values = tuple(_int_list(text))
-    if any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: degrees must be positive integers")
-    return values
-
-
-def _zero_list(text: str) -> tuple[int, ...]:
-    """``1`` or ``0,1``: ZeRO stages."""
-    values = tuple(_int_list(text))
-    if any(v not in ZERO_STAGES for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: ZeRO stages are {', '.join(map(str, ZERO_STAGES))}")
-    return values
-
-
-def _fraction(text: str) -> float:
-    """A fraction from 0 to 1 (``0.5``)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a fraction from 0 to 1")
-    return value
-
-
-def _fraction_list(text: str) -> tuple[float, ...]:
-    """``1`` or ``0,0.5,1``: optimizer-offload fractions."""
-    return tuple(_fraction(part) for part in text.split(","))
-
-
-def _layer_count_list(text: str) -> tuple[int, ...]:
-    """``0,4,8``: numbers of layers (0 allowed)."""
-    values = tuple(_int_list(text))
-    if any(v < 0 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: layer counts are 0 or more")
-    return values
-
-
-def _recompute_list(text: str) -> tuple[str, ...]:
-    """``none,selective`` or ``none,layernorm,moe_act``: recompute modes, read left to right
-    taking the longest mode at each point (a mode's own modules are joined by commas)."""
-    parts, modes, i = text.split(","), [], 0
-    while i < len(parts):
-        j = next((j for j in range(len(parts), i, -1) if ",".join(parts[i:j]) in RECOMPUTE_MODES), None)
-        if j is None:
-            raise argparse.ArgumentTypeError(f"{text!r}: {parts[i]!r} starts no recompute mode (modes: "
-                                             f"{' | '.join(RECOMPUTE_MODES)})")
-        modes.append(",".join(parts[i:j]))
-        i = j
-    return tuple(modes)
-
-
-LIMIT_FLAGS = (("--tp", "tp", _degree_list, "tensor-parallel degrees"),
-               ("--pp", "pp", _degree_list, "pipeline-parallel degrees"),
-               ("--dp", "dp", _degree_list, "data-parallel degrees"),
-               ("--cp", "cp", _degree_list, "context-parallel degrees"),
-               ("--ep", "ep", _degree_list, "expert-parallel degrees"),
-               ("--vp", "vp", _degree_list, "virtual pipeline stages per device"),
-               ("--mbs", "micro_batch", _degree_list, "micro-batch sizes"),
-               ("--zero", "zero", _zero_list, "ZeRO stages"),
-               ("--recompute", "recompute", _recompute_list, "recompute modes"),
-               ("--optimizer-offload", "offload", _fraction_list,
-                "optimizer-offload fractions (each rank's share of optimizer state on the host; default: offload "
-                "only where a configuration fits no other way)"),
-               ("--activation-offload", "act_offload", _layer_count_list,
-                "activation-offload layer counts (the first N layers' activations on the host, for one pipeline "
-                "stage without recomputation; default: 0, none)"))
-"""The search limits ``plan`` and ``compare`` take (:class:`~nest.parallel.SpaceLimits` fields)."""
-
-
-def _add_limits(parser: argparse.ArgumentParser) -> None:
-    """The flags that narrow the search: each takes one value or a comma-separated list."""
-    for flag, _, kind, what in LIMIT_FLAGS:
-        example = {_recompute_list: "none,selective", _zero_list: "1,2", _fraction_list: "0,0.5,1",
-                   _layer_count_list: "0,4,8"}.get(kind, "4,8")
-        parser.add_argument(flag, dest=_limit_dest(flag), type=kind, metavar="LIST",
-                            help=f"{what} to search, one or a comma-separated list (e.g. {flag} {example}; "
-                                 "default: all)")
-    parser.add_argument("--max-pp", type=_positive_int, metavar="N", help="search pipeline degrees up to N")
-    parser.add_argument("--sp", dest="limit_sp", action=argparse.BooleanOptionalAction, default=None,
-                        help="search only with (--sp) or without (--no-sp) sequence parallelism")
-
-
-def _limit_dest(flag: str) -> str:
-    return "limit_" + flag[2:].replace("-", "_")
-
-
-def _limits(args, limits: SpaceLimits) -> SpaceLimits:
-    """``limits`` (what the inputs allow) narrowed by the command line's limit flags."""
-    fields = {field: getattr(args, _limit_dest(flag)) for flag, field, _, _ in LIMIT_FLAGS}
-    fields = {k: v for k, v in fields.items() if v is not None}
-    if args.max_pp is not None:
-        if "pp" in fields:
-            raise SpecError(f"max_pp = {args.max_pp}: give --pp or --max-pp, not both")
-        fields["pp"] = tuple(range(1, args.max_pp + 1))
-    if args.limit_sp is not None:
-        fields["sp"] = (args.limit_sp,)
-    for key, values in fields.items():  # within what the inputs already allow (a profile's measured degrees)
-        allowed = getattr(limits, key)
-        if allowed is not None:
-            fields[key] = tuple(v for v in values if v in allowed)
-            if not fields[key]:
-                raise SpecError(f"{key} = {','.join(map(str, values))}: none of the values the inputs allow "
-                                f"({','.join(map(str, allowed))})")
-    return replace(limits, **fields)
-
-
 def _add_scenario(parser: argparse.ArgumentParser, device_list: bool = False) -> None:
     parser.add_argument("--model", help="preset name, model file (JSON/YAML) or Hugging Face config.json")
     parser.add_argument("--cluster", help="preset name (see 'nest clusters'), cluster file (JSON/YAML tiers "
@@ -181,13 +56,13 @@ def _add_scenario(parser: argparse.ArgumentParser, device_list: bool = False) ->
                         help="search only what this framework can run, with its rules (default: any, nest's "
                              "whole space; --emit sets it)")
     if device_list:
-        parser.add_argument("--devices", type=_int_list, required=True,
+        parser.add_argument("--devices", type=int_list, required=True,
                             help="comma-separated device counts, e.g. 64,128,256,512,1024")
     else:
-        parser.add_argument("--devices", type=_positive_int, help="size a cluster preset to N devices")
-    parser.add_argument("--global-batch", type=_positive_int,
+        parser.add_argument("--devices", type=positive_int, help="size a cluster preset to N devices")
+    parser.add_argument("--global-batch", type=positive_int,
                         help="sequences per step (default: the model's published batch)")
-    parser.add_argument("--seq-len", type=_positive_int, help="tokens per sequence (default: the model's)")
+    parser.add_argument("--seq-len", type=positive_int, help="tokens per sequence (default: the model's)")
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp8", "fp32"))
     parser.add_argument("--network", default="nominal", choices=("nominal", "nccl"),
                         help="tier prices: nominal bandwidths and latencies (default), or what NCCL "
@@ -216,7 +91,7 @@ def _add_scenario(parser: argparse.ArgumentParser, device_list: bool = False) ->
                             help=f"overlap {what} (Megatron-LM's {flag}; default off, as there, except "
                                  "where the framework always does: torchtitan's FSDP2 reduces gradients "
                                  "during the backward)")
-    parser.add_argument("--host-threads", type=_positive_int, metavar="N",
+    parser.add_argument("--host-threads", type=positive_int, metavar="N",
                         help="CPU threads of each rank's host optimizer step when it offloads (OMP_NUM_THREADS; "
                              "default 1, torchrun's)")
     parser.add_argument("--fp8-recipe", default="delayed", choices=FP8_RECIPES,
@@ -228,10 +103,14 @@ def _add_scenario(parser: argparse.ArgumentParser, device_list: bool = False) ->
                         help="how tokens reach their experts: alltoall (every routed copy; Megatron's alltoall "
                              "dispatcher) or flex (DeepEP: once per destination node, then NVLink; default "
                              "alltoall)")
+    parser.add_argument("--moe-load-cv", type=non_negative, metavar="CV",
+                        help="expert load imbalance of dropless routing: the coefficient of variation of a "
+                             "micro-batch's tokens per expert (default 0: balanced, as published benchmarks force "
+                             "it; a trained router: see docs/cost-model.md)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--engine", default="cpp", choices=("cpp", "python"),
                         help="stage DP implementation (python: the slow reference)")
-    parser.add_argument("--threads", type=_positive_int, help="OpenMP threads of the C++ DP")
+    parser.add_argument("--threads", type=positive_int, help="OpenMP threads of the C++ DP")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -245,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--rank-order", action="append",
                       help="rank order(s) to search, innermost first (default: tp-cp-ep-dp-pp and "
                            "tp-cp-ep-pp-dp); repeat to give several")
-    _add_limits(plan)
+    add_limits(plan)
     evaluate = sub.add_parser("evaluate", help="cost one fixed configuration")
     _add_scenario(evaluate)
     for command in (plan, evaluate):
@@ -253,10 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
                              help="rank candidates by the exact schedule of their split and polish the "
                                   "chosen split on it (default), or by the closed form the stage DP "
                                   "minimises, keeping the DP's split")
-    evaluate.add_argument("--tp", type=_positive_int)
-    evaluate.add_argument("--pp", type=_positive_int)
-    evaluate.add_argument("--dp", type=_positive_int)
-    evaluate.add_argument("--mbs", type=_positive_int, help="micro-batch size")
+    evaluate.add_argument("--tp", type=positive_int)
+    evaluate.add_argument("--pp", type=positive_int)
+    evaluate.add_argument("--dp", type=positive_int)
+    evaluate.add_argument("--mbs", type=positive_int, help="micro-batch size")
     evaluate.add_argument("--baseline", help="with --nest-instance: cost one of the instance's "
                           "baselines (Manual, Phaze, MCMC)")
     evaluate.add_argument("--recompute", default="none", choices=RECOMPUTE_MODES, metavar="MODE",
@@ -268,20 +147,20 @@ def build_parser() -> argparse.ArgumentParser:
                           default=False, help="shard optimizer state over DP (ZeRO-1)")
     evaluate.add_argument("--zero", type=int, choices=(0, 1, 2, 3),
                           help="ZeRO stage (default: 1 with --distributed-optimizer, else 0)")
-    evaluate.add_argument("--optimizer-offload", type=_fraction, default=0.0, metavar="F",
+    evaluate.add_argument("--optimizer-offload", type=fraction, default=0.0, metavar="F",
                           help="fraction of each rank's optimizer state held and stepped on the host "
                                "(Megatron --optimizer-cpu-offload; default 0)")
     evaluate.add_argument("--activation-offload", type=int, default=0, metavar="N",
                           help="the first N transformer layers keep their activations on the host between forward "
                                "and backward (Megatron --cpu-offloading-num-layers; pp 1, no recomputation; "
                                "default 0)")
-    evaluate.add_argument("--cp", type=_positive_int, default=1, help="context-parallel degree")
-    evaluate.add_argument("--ep", type=_positive_int, default=1, help="expert-parallel degree")
-    evaluate.add_argument("--vp", type=_positive_int, default=1,
+    evaluate.add_argument("--cp", type=positive_int, default=1, help="context-parallel degree")
+    evaluate.add_argument("--ep", type=positive_int, default=1, help="expert-parallel degree")
+    evaluate.add_argument("--vp", type=positive_int, default=1,
                           help="virtual pipeline stages per device (interleaved 1F1B)")
     evaluate.add_argument("--rank-order", default=DEFAULT_ORDER,
                           help="parallel dimensions innermost first (default tp-cp-ep-dp-pp)")
-    evaluate.add_argument("--layers-per-stage", type=_int_list,
+    evaluate.add_argument("--layers-per-stage", type=int_list,
                           help="layer-graph nodes per stage, first stage first (e.g. 13,12,...,13)")
     evaluate.add_argument("--simulate", action="store_true",
                           help="also simulate the step event by event and report both times")
@@ -291,9 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scenario(compare, device_list=True)
     compare.add_argument("--strategies", default="manual,topology-blind,mcmc,nest",
                          help="comma-separated: manual, topology-blind, mcmc, nest")
-    _add_limits(compare)
+    add_limits(compare)
     compare.add_argument("--seed", type=int, default=0, help="MCMC seed")
-    compare.add_argument("--budget", type=_positive_int, help="MCMC proposals")
+    compare.add_argument("--budget", type=positive_int, help="MCMC proposals")
     compare.add_argument("--plot", metavar="PNG", help="throughput plot (needs matplotlib)")
     compare.add_argument("--quiet", action="store_true",
                          help="no progress bar (shown on a terminal once a comparison runs 2 s)")
@@ -305,9 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--framework", choices=FRAMEWORKS,
                        help="the framework of every grid job that names none (jobs[].framework)")
     sweep.add_argument("--plot", metavar="PNG", help="throughput (MFU, cost) against the swept variable")
-    sweep.add_argument("--workers", type=_positive_int, help="local worker processes (default: all cores)")
+    sweep.add_argument("--workers", type=positive_int, help="local worker processes (default: all cores)")
     sweep.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="an existing Dask scheduler")
-    sweep.add_argument("--dask-local", type=_positive_int, metavar="N",
+    sweep.add_argument("--dask-local", type=positive_int, metavar="N",
                        help="start a local Dask cluster of N workers")
     models = sub.add_parser("models", help="list model presets")
     models.add_argument("--json", action="store_true")
@@ -370,6 +249,7 @@ def _scenario(args) -> dict:
                    optimizer=optimizer, flash_attention=not args.no_flash_attention,
                    fp8_param_gather=args.fp8_param_gather, reserved_memory_bytes=reserved,
                    framework=_framework(args), moe_dispatcher=args.moe_dispatcher, host_threads=args.host_threads,
+                   moe_load_cv=args.moe_load_cv,
                    fp8_recipe=args.fp8_recipe, activation_offload_handler=args.activation_offload_handler,
                    **{name: getattr(args, name) for name in OVERLAP_SWITCHES})
     return {"model": model, "cluster": cluster, "job": job, "source": source, "limits": limits}
@@ -378,7 +258,7 @@ def _scenario(args) -> dict:
 _INSTANCE_SETS = ("devices", "global_batch", "seq_len", "dtype", "optimizer", "grad_dtype", "optimizer_state_dtype",
                   "fp8_param_gather", "reserved_gib", "no_flash_attention", "overlap_grad_reduce",
                   "overlap_param_gather", "tp_comm_overlap", "overlap_moe_expert_parallel_comm", "host_threads",
-                  "moe_dispatcher", "fp8_recipe", "activation_offload_handler")
+                  "moe_dispatcher", "moe_load_cv", "fp8_recipe", "activation_offload_handler")
 """The destinations of the flags a NEST instance's own cluster and job settle."""
 
 
@@ -488,7 +368,7 @@ def _run(args) -> int:
     limits = scenario.pop("limits") or SpaceLimits()
     common = {"engine": args.engine, "threads": args.threads, **scenario}
     if args.command in ("plan", "compare"):
-        limits = _limits(args, limits)
+        limits = narrowed_limits(args, limits)
     if args.command == "compare":
         return _compare(args, scenario, limits)
     if args.command == "plan":

@@ -25,6 +25,7 @@ optimizer: ``--exp-avg-dtype``, ``--exp-avg-sq-dtype``)."""
 # fits in int64 picoseconds and every enumeration stays small: hostile input gets a
 # one-line error instead of an overflow, a memory error or a hang.
 MAX_LAYERS = 10_000
+MAX_LOAD_CV = 16.0  # a router sending every token to one of 256 experts has a CV of 16
 MAX_WIDTH = 2**20  # hidden sizes, head dimensions, low-rank ranks
 MAX_HEADS = 2**16  # attention heads, experts
 MAX_VOCAB = 2**32
@@ -91,7 +92,10 @@ class ModelSpec:
     num_shared_experts: int = 0  # always-active experts of size moe_ffn_hidden
     moe_layer_interval: int = 1
     first_dense_layers: int = 0
-    capacity_factor: float = 1.0  # 0: dropless
+    # tokens an expert takes per micro-batch over the mean (drops beyond it, pads to it
+    # under the alltoall dispatcher); 0: dropless, Megatron-Core's default
+    # (moe_expert_capacity_factor None) and how Mixtral, Qwen3 and DeepSeek-V3 were trained
+    capacity_factor: float = 0.0
     # Multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank = 0: standard attention.
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
@@ -510,6 +514,11 @@ class JobSpec:
     # per destination node and is forwarded inside it over NVLink; on graph clusters
     # priced as alltoall).
     moe_dispatcher: str = "alltoall"
+    # Expert load imbalance of dropless routing: the coefficient of variation of one
+    # micro-batch's tokens per expert (0: balanced, as --moe-router-force-load-balancing
+    # enforces and published benchmarks run); the busiest expert-parallel rank sets the
+    # pace and the memory (nest.cost.imbalance)
+    moe_load_cv: float = 0.0
     # The framework the plan is for (nest.frameworks): the search keeps to what it can run
     # and the plan launches in it with the meaning nest priced; "any": nest's whole space.
     framework: str = "any"
@@ -539,6 +548,8 @@ class JobSpec:
                 f"is an FP8 recipe; needs dtype fp8, not {self.dtype}")
         if self.reserved_memory_bytes is not None:
             _non_negative_real("job.reserved_memory_bytes", self.reserved_memory_bytes)
+        _non_negative_real("job.moe_load_cv", self.moe_load_cv)
+        require(self.moe_load_cv <= MAX_LOAD_CV, "job.moe_load_cv", self.moe_load_cv, f"must be at most {MAX_LOAD_CV}")
         require(not self.fp8_param_gather or self.dtype == "fp8", "job.fp8_param_gather", True,
                 f"stores weights in FP8; needs dtype fp8, not {self.dtype}")
 
@@ -565,6 +576,7 @@ class JobSpec:
                 "optimizer": opt.name, **state, "flash_attention": self.flash_attention,
                 **({"fp8_param_gather": True} if self.fp8_param_gather else {}),
                 **({} if self.moe_dispatcher == "alltoall" else {"moe_dispatcher": self.moe_dispatcher}),
+                **({} if not self.moe_load_cv else {"moe_load_cv": self.moe_load_cv}),
                 **({} if self.reserved_memory_bytes is None else {"reserved_memory_bytes": self.reserved_memory_bytes}),
                 **({} if self.host_threads == 1 else {"host_threads": self.host_threads}),
                 **({} if self.fp8_recipe == "delayed" else {"fp8_recipe": self.fp8_recipe}),

@@ -73,7 +73,8 @@ delayed scaling adds its FP8 copy ``h``), the router's fp32 logits and scores ``
 per token routed to this rank (each of ``k`` copies, padded by the capacity factor): the
 grouped fc1 input ``q h``, its output ``e G f_e``, the activation output ``q f_e`` and the
 fp32 routing probability (4 bytes, applied inside the activation, so the expert output is
-not kept). Dispatch and
+not kept); the busiest expert-parallel rank holds the load imbalance's share more
+(:mod:`nest.cost.imbalance`). Dispatch and
 combine keep only index maps. Shared experts add their MLP intermediates.
 
 Output layer and loss: the final norm's input and statistics, the output layer's input
@@ -100,6 +101,7 @@ import numpy as np
 from ..errors import SpecError
 from ..parallel import RECOMPUTE_MODES, ConfigArrays, recompute_modules
 from ..specs import JobSpec, ModelSpec
+from .imbalance import rank_load_factor
 from .model import attention_shape
 
 SMALL_NUMEL = 256 * 1024
@@ -185,6 +187,23 @@ class Activations:
         if self.job.moe_dispatcher == "flex":
             return 1.0
         return max(1.0, self.model.capacity_factor)
+
+    def expert_load(self, c: ConfigArrays) -> np.ndarray:
+        """Per configuration, the busiest expert-parallel rank's routed tokens over the mean
+        rank's under dropless routing (:func:`nest.cost.imbalance.rank_load_factor` of the
+        job's ``moe_load_cv``; capped by the capacity factor under the flex dispatcher,
+        which drops without padding); 1 when drop-and-pad computes the capacity whatever
+        the routing."""
+        m = self.model
+        if self.expert_padding() > 1 or not m.is_moe:
+            return np.ones(len(c))
+        capacity = max(m.capacity_factor, 1.0) if m.capacity_factor else 0.0
+        return rank_load_factor(self.job.moe_load_cv, m.num_experts, c.ep, capacity)
+
+    def expert_tokens(self, c: ConfigArrays) -> np.ndarray:
+        """Per configuration, the tokens the busiest expert-parallel rank computes per routed
+        copy a rank sends: the capacity padding times the load imbalance."""
+        return self.expert_padding() * self.expert_load(c)
 
     def mlp(self, width: int) -> int:
         """Per token, inside: an MLP's intermediates (fc1 output and activation output)."""
@@ -308,7 +327,7 @@ class Activations:
         if m.qk_norm and not m.kv_lora_rank:
             kept = kept + small(n * m.num_heads // t, 4) + small(n * m.num_kv_heads // t, 4)
         if moe:
-            routed = np.ceil(n / rep * m.experts_per_token * self.expert_padding()).astype(np.int64)
+            routed = np.ceil(n / rep * m.experts_per_token * self.expert_tokens(c)).astype(np.int64)
             kept = kept + small(routed, 4)
         return np.broadcast_to(np.asarray(kept, dtype=np.int64), (len(c),))
 
@@ -338,7 +357,7 @@ class Activations:
         zero = np.zeros(len(c), dtype=np.int64)
         if moe:
             e = self.moe()
-            padded = n / rep * m.experts_per_token * self.expert_padding()
+            padded = n / rep * m.experts_per_token * self.expert_tokens(c)
             keep_out += e["keep"]
             parts["norm_out"] = parts["norm_out"] + n * e["norm_out"] // rep
             parts["act"] = np.ceil(padded * e["act"]).astype(np.int64)

@@ -279,7 +279,7 @@ class NodeCostModel:
         n = self._tokens(c)
         local = _where(c.sp, n / t, n)  # tokens this rank routes (sequence-parallel share)
         routed = local * m.experts_per_token
-        padded = routed * self.acts.expert_padding()
+        padded = routed * self.acts.expert_tokens(c)  # what the busiest expert rank computes
         experts_here = m.num_experts / c.ep
         gemm, _ = self._mlp(m.moe_ffn_hidden, padded / experts_here, 1)
         gemm = gemm * experts_here
@@ -294,7 +294,8 @@ class NodeCostModel:
         # several (core_v0.14.0 token_dispatcher.py MoEAlltoAllTokenDispatcher
         # dispatch_postprocess / combine_preprocess, "Permutation 2")
         sorts = np.where((experts_here > 1) & (self.job.moe_dispatcher == "alltoall"), 2, 0)
-        permute = k.stream((4 + 2 * sorts) * routed * m.hidden * e, kernels=4 + sorts)
+        received = routed * self.acts.expert_load(c)  # the busiest rank's
+        permute = k.stream((4 * routed + 2 * sorts * received) * m.hidden * e, kernels=4 + sorts)
         return experts + router, permute, routed, activation, experts
 
     def _up_projections(self, c):
@@ -355,7 +356,9 @@ class NodeCostModel:
             "cp_fwd_bytes": kv, "cp_bwd_bytes": 2 * kv, "cp_steps_fwd": steps * _where(full, 2, 1),
             "cp_steps_bwd": steps,
             "ep_count": _where(has_ep, 4 + extra_ep, 0)[..., None],
-            "ep_bytes": np.asarray(_where(has_ep, routed * self.model.hidden * self.e, 0.0))[..., None],
+            # the busiest rank receives (dispatch) and sends back (combine) its load's share
+            "ep_bytes": np.asarray(_where(has_ep, routed * self.acts.expert_load(c) * self.model.hidden * self.e,
+                                          0.0))[..., None],
             "act_bytes": kept,
             "out_bytes": hidden_bytes // self._replicated(c),
             "transient_bytes": transient,

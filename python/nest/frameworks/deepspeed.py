@@ -171,7 +171,8 @@ class DeepSpeed(Framework):
                                      f"num_dp={p.dp})"},
             "tensor_parallel": p.tp, "expert_parallel": p.ep,
             "moe": ({"num_experts": arch["num_experts"], "ep_size": p.ep, "k": arch["experts_per_token"],
-                     "capacity_factor": arch["capacity_factor"]} if arch["num_experts"] else None),
+                     "capacity_factor": arch["capacity_factor"], "drop_tokens": bool(arch["capacity_factor"])}
+                    if arch["num_experts"] else None),
             "architecture": {k: arch[k] for k in ("num_layers", "hidden", "ffn_hidden", "num_heads", "num_kv_heads",
                                                   "vocab_size", "mlp", "norm", "position_embedding",
                                                   "tied_embeddings", "bias")},
