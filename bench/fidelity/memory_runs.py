@@ -19,11 +19,15 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import nest
-from nest.presets.models import MODELS
-from nest.specs import ModelSpec, OptimizerSpec
-
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from megatron_flops import megatron_flops  # noqa: E402
+
+import nest  # noqa: E402
+from nest.presets.models import MODELS  # noqa: E402
+from nest.specs import ModelSpec, OptimizerSpec  # noqa: E402
+
 GiB = 2**30
 
 # Megatron-LM's functional-test GPT (tests/functional_tests/test_cases/gpt/gpt3_7b_*_memory_speed/
@@ -47,6 +51,16 @@ ZOO_JOB = dict(overlap_grad_reduce=True, overlap_param_gather=True, moe_dispatch
 # --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split: the
 # embedding and the loss count as layers, 96 of them for Qwen3-235B's 94
 ZOO_SPLIT_PP8_VP4 = [3] * 32
+QWEN3_ROUTER_CV = 1.95
+"""nest's ``moe_load_cv`` of Qwen3-235B-A22B's trained router (the model zoo loads the
+checkpoint and trains on real data with an auxiliary loss): the value at which nest's
+step at 16k tokens is the published forced-balance throughput's 1.245 times as long
+dropless; the 32k-128k pairs are predictions."""
+MCR = "Megatron-Core MoE report (arXiv 2603.07685)"
+ZOO_MIXTRAL = "yanring/Megatron-MoE-ModelZoo best_practice/mixtral/run_mixtral_8x22B.sh (e865051)"
+MIXTRAL_ROUTER_CV = 0.05
+"""nest's ``moe_load_cv`` of the model zoo's Mixtral-8x22B router (aux loss 1e-2): its
+dropless step is 465/445 of the forced one."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +82,19 @@ class Run:
     calibrates: bool = True
     notes: str = ""
     tokens_per_gpu_s: float | None = None  # the published throughput, where given
+    tflops_per_gpu: float | None = None  # or Megatron-LM's model TFLOP/s per GPU (megatron_flops)
+    sets_router: bool = False  # its step set the router's moe_load_cv: shown, not counted in the errors
+
+    @property
+    def measured_step_s(self) -> float | None:
+        """The published step time: from the throughput in tokens, or from Megatron-LM's
+        TFLOP/s with its own FLOP count; None when neither is published."""
+        if self.tokens_per_gpu_s:
+            return self.global_batch * self.seq_len / (self.tokens_per_gpu_s * self.devices)
+        if self.tflops_per_gpu:
+            return megatron_flops(self.model, self.seq_len, self.global_batch) / (self.tflops_per_gpu * 1e12
+                                                                                 * self.devices)
+        return None
 
 
 RUNS = [
@@ -106,7 +133,8 @@ RUNS = [
         tokens_per_gpu_s=292),
     Run("ps2511-h100-q3-235b", BRIDGE + " (25.11, H100 FP8-CS)", MODELS["qwen3-235b-a22b"], 256, 4096, 2048,
         dict(tp=2, pp=8, vp=4, dp=16, ep=32, micro_batch=1, sp=True, zero=1, recompute="none"),
-        dict(FP8_CS, overlap_moe_expert_parallel_comm=True), tokens_per_gpu_s=1575, notes="expert TP 1; the preset overlaps EP all-to-alls (moe_a2a_overlap); "
+        dict(FP8_CS, overlap_moe_expert_parallel_comm=True), tokens_per_gpu_s=1575,
+        notes="expert TP 1; the preset overlaps EP all-to-alls (moe_a2a_overlap); "
                                      "force-balanced dropless routing"),
     Run("ps2509-h100-dsv3", BRIDGE + " (25.09, H100)", MODELS["deepseek-v3"], 1024, 4096, 8192,
         dict(tp=2, pp=8, vp=4, dp=64, ep=64, micro_batch=1, sp=True, zero=1, recompute="mla_up_proj,mlp",
@@ -140,6 +168,52 @@ RUNS = [
         4096, 2048, dict(tp=4, pp=8, vp=4, dp=8, ep=8, micro_batch=1, sp=True, zero=1, recompute="none",
                          layers_per_stage=ZOO_SPLIT_PP8_VP4),
         dict(ZOO_JOB), tokens_per_gpu_s=2048 * 4096 / (29.0 * 256), notes="DeepEP (flex), no recomputation"),
+    *[Run(f"zoo-q3-235b-{seq // 1024}k-{'forced' if forced else 'dropless'}-h100",
+          ZOO_QWEN3 + f" (Long Context table, {seq // 1024}k: {'forced balance' if forced else 'dropless'})",
+          MODELS["qwen3-235b-a22b"], 256, seq, 256,
+          dict(tp=4, pp=8, vp=4, cp=cp, dp=8 // cp, ep=8, micro_batch=1, sp=True, zero=1, recompute="moe",
+               layers_per_stage=ZOO_SPLIT_PP8_VP4),
+          dict(ZOO_JOB, moe_load_cv=0.0 if forced else QWEN3_ROUTER_CV), tflops_per_gpu=tflops,
+          sets_router=not forced and seq == 16384,
+          notes="recompute modules layernorm and moe (nest: moe); " + (
+              "--moe-router-force-load-balancing" if forced else
+              f"the checkpoint's router at nest's moe_load_cv {QWEN3_ROUTER_CV}, the value whose forced/dropless "
+              "ratio at 16k is the published 1.245 (the other lengths are predictions)"))
+      for seq, cp, pair in ((16384, 1, (295, 237)), (32768, 2, (335, 277)), (65536, 4, (368, 320)),
+                            (131072, 8, (389, 357)))
+      for forced, tflops in ((True, pair[0]), (False, pair[1]))],
+    *[Run(f"zoo-mixtral-8x22b-{name}-h100", ZOO_MIXTRAL + f" ({name}: ~{tflops} TFLOP/s)",
+          replace(MODELS["mixtral-8x22b"], capacity_factor=1.0 if name == "token-drop" else 0.0), 128, 4096, 256,
+          dict(tp=2, pp=8, vp=7, dp=8, ep=8, micro_batch=1, sp=True, zero=1, recompute="none",
+               layers_per_stage=[2] + [1] * 54 + [2]),
+          dict(overlap_grad_reduce=True, overlap_param_gather=True, tp_comm_overlap=dtype == "bf16",
+               moe_load_cv=cv, **({"dtype": "fp8", "fp8_recipe": "blockwise", "fp8_param_gather": True,
+                                   "optimizer": OptimizerSpec.of("adam", "fp32", "bf16")} if dtype == "fp8" else {})),
+          tflops_per_gpu=tflops, sets_router=name == "dropless",
+          notes="alltoall dispatcher, runtime.conf's TP2 PP8 EP8 VPP7; " + {
+              "dropless": f"the checkpoint's router at nest's moe_load_cv {MIXTRAL_ROUTER_CV}, the value whose "
+                          "step is the published 465/445 of the forced run's",
+              "forced": "--moe-router-force-load-balancing",
+              "fp8": "--fp8-recipe blockwise --fp8-param-gather, precision-aware optimizer, forced balance",
+              "token-drop": "--moe-expert-capacity-factor 1.0 --moe-pad-expert-input-to-capacity"}[name])
+      for name, tflops, cv, dtype in (("forced", 465, 0.0, "bf16"), ("dropless", 445, MIXTRAL_ROUTER_CV, "bf16"),
+                                      ("fp8", 560, 0.0, "fp8"), ("token-drop", 470, 0.0, "bf16"))],
+    Run("mcr-h100-q3-235b", MCR + ", Table 11 (Qwen3-235B, H100, BF16: 320 TFLOP/s, 2132 tokens/s per GPU); "
+        "run_h100_235b.sh", MODELS["qwen3-235b-a22b"], 256, 4096, 2048,
+        dict(tp=2, pp=8, vp=4, dp=16, ep=32, micro_batch=1, sp=True, zero=1, recompute="layernorm,moe_act",
+             layers_per_stage=ZOO_SPLIT_PP8_VP4),
+        dict(ZOO_JOB, overlap_moe_expert_parallel_comm=True), tokens_per_gpu_s=2132,
+        notes="forced balance, DeepEP, 1F1B EP overlap with delayed wgrad, CUDA graphs of the router and the "
+              "dispatch preprocessing (not modelled)"),
+    Run("mcr-h100-dsv3", MCR + ", Table 11 (DeepSeek-V3, 1024 H100, FP8 blockwise: 368 TFLOP/s, 1412 tokens/s "
+        "per GPU); run_deepseek_v3_h100.sh", MODELS["deepseek-v3"], 1024, 4096, 8192,
+        dict(tp=2, pp=8, vp=4, dp=64, ep=64, micro_batch=1, sp=True, zero=1, recompute="mla_up_proj,mlp",
+             layers_per_stage=[2] + [2] * 30 + [1]),
+        dict(dtype="fp8", fp8_recipe="blockwise", fp8_param_gather=True, overlap_grad_reduce=True,
+             overlap_param_gather=True, optimizer=OptimizerSpec.of("adam", "fp32", "bf16"), moe_dispatcher="flex",
+             overlap_moe_expert_parallel_comm=True), tokens_per_gpu_s=1412,
+        notes="forced balance, DeepEP, 1F1B EP overlap with delayed wgrad, no CUDA graphs, layout Et|(tt|)*30mL, "
+              "BF16 Adam moments (precision-aware optimizer)"),
     Run("ps2606-h100-l3-70b-sft", BRIDGE + " (26.06, H100 SFT)", MODELS["llama3-70b"], 32, 4096, 32,
         dict(tp=4, pp=4, vp=5, dp=2, micro_batch=1, sp=True, zero=1, recompute="none"), FP8_CS,
         tokens_per_gpu_s=1638),
@@ -158,10 +232,8 @@ RUNS = [
         dict(dtype="fp8", overlap_grad_reduce=True), preset="dgx-h100-96gb", measured_GiB=84.5,
         kind="max reserved", calibrates=False, notes="as tt2412-t4-1"),
 ]
-
 # Every MoE run here is dropless (the recipes and the model zoo's configs set no capacity
-# factor), unlike nest's presets' default capacity 1.0 with padding.
-RUNS = [replace(r, model=replace(r.model, capacity_factor=0.0)) if r.model.num_experts else r for r in RUNS]
+# factor, nest's presets neither) but the zoo's Mixtral token-drop run.
 
 
 def cluster(run: Run):
