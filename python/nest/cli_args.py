@@ -6,6 +6,7 @@ they give."""
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import replace
 
 from .errors import SpecError
@@ -47,26 +48,25 @@ def zero_list(text: str) -> tuple[int, ...]:
     return values
 
 
-def fraction(text: str) -> float:
-    """A fraction from 0 to 1 (``0.5``)."""
+def _number(text: str, low: float, high: float, what: str) -> float:
+    """``text`` as a number from ``low`` to ``high`` (``what`` says the range when not)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a fraction from 0 to 1")
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be {what}")
     return value
+
+
+def fraction(text: str) -> float:
+    """A fraction from 0 to 1 (``0.5``)."""
+    return _number(text, 0.0, 1.0, "a fraction from 0 to 1")
 
 
 def non_negative(text: str) -> float:
     """A finite number of at least 0 (``0.3``)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number >= 0")
-    return value
+    return _number(text, 0.0, sys.float_info.max, "a finite number >= 0")
 
 
 def fraction_list(text: str) -> tuple[float, ...]:
