@@ -73,6 +73,32 @@ def test_nemo_h100_fp8_simulated_within_the_achieved_band():
     assert sum(abs(e) for e in errors) / len(errors) <= 0.12, errors
 
 
+MEMORY = sys.modules["memory_runs"]
+
+
+def test_long_context_moe_and_the_routers_imbalance():
+    """Megatron-Core's model zoo, Qwen3-235B on 256 H100 at 16k-128k tokens (TP4 CP1-8 EP8
+    PP8 VP4): the forced-balance steps within 4%; with the router's moe_load_cv set by the
+    16k pair, the dropless/forced ratios at 32k, 64k and 128k within 2% of the published
+    ones (without the imbalance model every ratio would be 1)."""
+    runs = {r.id: r for r in MEMORY.RUNS}
+    for k in (16, 32, 64, 128):
+        forced, dropless = runs[f"zoo-q3-235b-{k}k-forced-h100"], runs[f"zoo-q3-235b-{k}k-dropless-h100"]
+        f, d = RUN.modern_plan(forced).step_time_s, RUN.modern_plan(dropless).step_time_s
+        assert abs(f / forced.measured_step_s - 1) <= 0.04, (k, f, forced.measured_step_s)
+        published = dropless.measured_step_s / forced.measured_step_s
+        assert abs((d / f) / published - 1) <= (2e-3 if dropless.sets_router else 0.02), (k, d / f, published)
+
+
+def test_megatron_flops_of_gpt_follow_its_closed_form():
+    """Megatron-LM's count for GPT (causal attention halved): 72 l h^2 (1 + s/12h + V/12lh)
+    per token, the SC21 form with the attention scores counted once."""
+    flops = sys.modules["megatron_flops"].megatron_flops
+    m = POINTS.SC21_TABLE1[0].model
+    l, h, v, s = m.num_layers, m.hidden, m.vocab_size, 2048
+    assert flops(m, s, 1) == pytest.approx(s * 72 * l * h * h * (1 + s / (12 * h) + v / (12 * l * h)), rel=1e-12)
+
+
 def test_spearman():
     assert RUN.spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
     assert RUN.spearman([1, 2, 3], [30, 20, 10]) == pytest.approx(-1.0)

@@ -51,7 +51,7 @@ ZOO_JOB = dict(overlap_grad_reduce=True, overlap_param_gather=True, moe_dispatch
 # --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split: the
 # embedding and the loss count as layers, 96 of them for Qwen3-235B's 94
 ZOO_SPLIT_PP8_VP4 = [3] * 32
-QWEN3_ROUTER_CV = 1.95
+QWEN3_ROUTER_CV = 1.87
 """nest's ``moe_load_cv`` of Qwen3-235B-A22B's trained router (the model zoo loads the
 checkpoint and trains on real data with an auxiliary loss): the value at which nest's
 step at 16k tokens is the published forced-balance throughput's 1.245 times as long

@@ -135,18 +135,22 @@ def modern_rows() -> list[dict]:
     for run in MEMORY_RUNS:
         if run.measured_step_s is None:
             continue
-        c = calibrated_cluster(run_cluster(run), NCCL_EFFICIENCY)
-        c = replace(c, device=replace(c.device, memory_bytes=UNLIMITED))
-        measured = run.measured_step_s
         plain_job = {k: v for k, v in run.job.items() if k not in MOE_SWITCHES}
-        plans = {}
-        for name, job in (("nest", run.job), ("plain", plain_job),
-                          ("tp_overlap", {**run.job, "tp_comm_overlap": run.config["tp"] > 1})):
-            spec = nest.job_spec(run.model, global_batch=run.global_batch, seq_len=run.seq_len, **job)
-            plans[name] = nest.evaluate(run.model, c, spec, **run.config)
-        rows.append({"run": run, "measured": measured, **{k: p.step_time_s for k, p in plans.items()},
+        plans = {name: modern_plan(run, job) for name, job in (
+            ("nest", run.job), ("plain", plain_job), ("tp_overlap", {**run.job, "tp_comm_overlap": run.config["tp"] > 1}))}
+        rows.append({"run": run, "measured": run.measured_step_s, **{k: p.step_time_s for k, p in plans.items()},
                      "breakdown": plans["nest"].breakdown_s, "mfu": plans["nest"].mfu})
     return rows
+
+
+def modern_plan(run, job: dict | None = None):
+    """``nest.evaluate`` of a :data:`memory_runs.RUNS` run at its configuration with ``job``
+    (default: the run's own switches), on its NCCL-calibrated cluster."""
+    c = calibrated_cluster(run_cluster(run), NCCL_EFFICIENCY)
+    c = replace(c, device=replace(c.device, memory_bytes=UNLIMITED))
+    spec = nest.job_spec(run.model, global_batch=run.global_batch, seq_len=run.seq_len,
+                         **(run.job if job is None else job))
+    return nest.evaluate(run.model, c, spec, **run.config)
 
 
 def modern_lines(rows: list[dict]) -> list[str]:
