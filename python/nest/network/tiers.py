@@ -144,12 +144,55 @@ def group_shape(cluster: ClusterSpec, groups: np.ndarray) -> GroupShape:
     groups = np.atleast_2d(np.asarray(groups, dtype=np.int64))
     bandwidth = tuple(t.effective_bandwidth for t in cluster.tiers)
     latency = tuple(t.latency for t in cluster.tiers)
-    factors = _factor_rows(cluster, groups)
-    radix = groups.shape[1] + 1
-    codes = factors @ (radix ** np.arange(factors.shape[1], dtype=np.int64))
-    _, first = np.unique(codes, return_index=True)
-    shapes = [GroupShape(tuple(int(f) for f in factors[i]), bandwidth, latency) for i in first]
+    if groups.size <= SMALL_GROUPS:
+        # the distinct decompositions in the order of their codes below (the last tier's
+        # factor the most significant digit), so that ties resolve alike
+        sizes = cluster.group_sizes()
+        rows = sorted({_factor_row(sizes, row) for row in groups.tolist()}, key=lambda f: f[::-1])
+        shapes = [GroupShape(f, bandwidth, latency) for f in rows]
+    else:
+        factors = _factor_rows(cluster, groups)
+        radix = groups.shape[1] + 1
+        codes = factors @ (radix ** np.arange(factors.shape[1], dtype=np.int64))
+        _, first = np.unique(codes, return_index=True)
+        shapes = [GroupShape(tuple(int(f) for f in factors[i]), bandwidth, latency) for i in first]
     return max(shapes, key=lambda shape: shape.reduce_scatter_terms()[::-1])
+
+
+SMALL_GROUPS = 512
+"""Up to this many device indices, :func:`group_shape` and :func:`ring_link` decompose
+groups in plain Python (:func:`_factor_row`): the placements of a search price one or a
+few small groups per family, for which numpy's per-call overhead dominates."""
+
+
+def _pair_tier(sizes: tuple[int, ...], a: int, b: int) -> int:
+    """:func:`tier_of_pair` of two device indices (``sizes``: the cluster's group sizes)."""
+    return sum(a // size != b // size for size in sizes[:-1])
+
+
+def _factor_row(sizes: tuple[int, ...], row: list[int]) -> tuple[int, ...]:
+    """:func:`_factor_rows` of one ascending group (``sizes``: the cluster's group sizes)."""
+    bounds = (1,) + sizes
+    factors, uniform = [], True
+    for t in range(len(sizes)):
+        inner, outer = bounds[t], bounds[t + 1]
+        counts: list[int] = []  # distinct tier-(t-1) groups per tier-t group, in order
+        last_outer = last_inner = -1
+        for device in row:
+            o, i = device // outer, device // inner
+            if o != last_outer:
+                counts.append(1)
+                last_outer, last_inner = o, i
+            elif i != last_inner:
+                counts[-1] += 1
+                last_inner = i
+        low = min(counts)
+        uniform = uniform and low == max(counts)
+        factors.append(low)
+    if not uniform:
+        top = max(_pair_tier(sizes, row[0], device) for device in row)
+        return tuple(len(row) if t == top else 1 for t in range(len(sizes)))
+    return tuple(factors)
 
 
 def _factor_rows(cluster: ClusterSpec, groups: np.ndarray) -> np.ndarray:
@@ -191,7 +234,11 @@ def ring_link(cluster: ClusterSpec, groups: np.ndarray) -> tuple[float, float]:
     groups = np.atleast_2d(np.asarray(groups, dtype=np.int64))
     if groups.shape[1] < 2:
         return 0.0, 0.0
-    tier = int(tier_of_pair(cluster, groups, np.roll(groups, -1, axis=1)).max())
+    if groups.size <= SMALL_GROUPS:
+        sizes = cluster.group_sizes()
+        tier = max(_pair_tier(sizes, row[i - 1], row[i]) for row in groups.tolist() for i in range(len(row)))
+    else:
+        tier = int(tier_of_pair(cluster, groups, np.roll(groups, -1, axis=1)).max())
     t = cluster.tiers[tier]
     return t.latency, 1.0 / t.effective_bandwidth
 

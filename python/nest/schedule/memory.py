@@ -146,20 +146,19 @@ def device_memory(priced, n: int, layers_per_stage) -> list[DeviceMemory]:
     per_stage = {k: np.add.reduceat(v, starts) for k, v in parts.items()}
     micro = int(priced.micro_batches()[n])
     peaks, at_peak = peak_activations(pp, vp, micro, per_stage["acts"], int(priced.extra_warmup[n]))
-    rank_of = np.arange(pp * vp) % pp
+    # per rank, the sum over its chunks (virtual stages d, d + pp, ...): each row of the
+    # contiguous [rank, chunk] table reduces as the rank's own 1-D array would, bit for bit
+    per_rank = {k: np.ascontiguousarray(per_stage[k].reshape(vp, pp).T).sum(axis=1).tolist()
+                for k in ("weights", "gradients", "optimizer", "host")}
     pair = float(priced.pair_transient[n])
     host_capacity = 0.0 if scn.host_share is None else float(scn.host_share.usable_bytes)
-    out = []
-    for d in range(pp):
-        mine = rank_of == d
-        transient = pair + float(table.transient[config]) + (float(table.last_transient[config]) if d == pp - 1
-                                                              else 0.0)
-        out.append(DeviceMemory(d, float(per_stage["weights"][mine].sum()), float(per_stage["gradients"][mine].sum()),
-                                float(per_stage["optimizer"][mine].sum()), float(peaks[d]),
-                                tuple(int(x) for x in at_peak[d]), transient, float(scn.reserve_bytes),
-                                float(scn.cluster.device.memory_bytes), float(per_stage["host"][mine].sum())
-                                + float(table.offload_host[config]), host_capacity))
-    return out
+    fixed, last, offloaded = float(table.transient[config]), float(table.last_transient[config]), \
+        float(table.offload_host[config])
+    reserve, capacity = float(scn.reserve_bytes), float(scn.cluster.device.memory_bytes)
+    return [DeviceMemory(d, per_rank["weights"][d], per_rank["gradients"][d], per_rank["optimizer"][d],
+                         float(peaks[d]), tuple(at_peak[d].tolist()), pair + fixed + (last if d == pp - 1 else 0.0),
+                         reserve, capacity, per_rank["host"][d] + offloaded, host_capacity)
+            for d in range(pp)]
 
 
 def fits(priced, n: int, layers_per_stage) -> bool:

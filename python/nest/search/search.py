@@ -63,7 +63,7 @@ from ..cost.pricing import price
 from ..cost.scenario import ConfigTable, Scenario
 from ..dp import engine as engines
 from ..dp.problem import INF, INFEASIBLE, SOLVED, DPProblem, DPResult
-from ..dp.reference import stage_details, stage_times
+from ..dp.reference import split_fits, stage_details, stage_times
 from ..errors import InfeasibleError, SpecError
 from ..frameworks import framework
 from ..parallel import Candidate, CandidateArrays, SpaceLimits
@@ -490,6 +490,11 @@ def polish(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, ends:
     stage.
     """
     tasks = BatchTasks.of_candidate(scn, cand)
+    dp_fits = split_fits(problem, local)
+    # trials by outcome (a pass without improvement re-tries the splits next to the final
+    # one that the pass before tried): those that passed both checks, timed, and the others
+    timed: dict[tuple, float] = {}
+    unfit: set[tuple] = set()
 
     def step(trial: list[int]) -> float:
         return batch_step_s(tasks, 0, np.diff([0] + trial).tolist(), engine)
@@ -503,12 +508,16 @@ def polish(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, ends:
                 trial = ends[:k] + [ends[k] + delta] + ends[k + 1:]
                 if not (trial[k - 1] if k else 0) < trial[k] < trial[k + 1] or budget <= 0:
                     continue
-                if not all(d["fits"] for d in stage_details(problem, local, trial)):
+                key = tuple(trial)
+                if key in unfit:
                     continue
-                if not fits(tasks.priced, 0, np.diff([0] + trial).tolist()):
-                    continue
+                if key not in timed:
+                    if not dp_fits(trial) or not fits(tasks.priced, 0, np.diff([0] + trial).tolist()):
+                        unfit.add(key)
+                        continue
+                    timed[key] = step(trial)
                 budget -= 1
-                seconds = step(trial)
+                seconds = timed[key]
                 if seconds < best:
                     best, ends, improved = seconds, trial, True
     return ends, best
