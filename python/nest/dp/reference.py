@@ -238,14 +238,14 @@ def stage_times(problem: DPProblem, n: int, ends: list[int]) -> list[int]:
     split it keeps with this)."""
     c, p, start = int(problem.cand_config[n]), problem.stages(n), int(problem.pos_offset[n])
     prefix = [0, *np.cumsum(problem.time_ps[c]).tolist()]
-    send, tier = problem.send_ps[c], problem.pos_tier[start:start + p].tolist()
+    send, tier = problem.send_ps[c].tolist(), problem.pos_tier[start:start + p].tolist()
     times = []
     for k, (i, j) in enumerate(zip([0] + list(ends[:-1]), ends)):
         t = prefix[j] - prefix[i]
         if k < p - 1:
-            t += int(send[tier[k], j - 1])
+            t += send[tier[k]][j - 1]
         if k > 0:
-            t += int(send[tier[k - 1], i - 1])
+            t += send[tier[k - 1]][i - 1]
         times.append(t)
     return times
 

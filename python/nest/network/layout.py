@@ -17,7 +17,7 @@ import numpy as np
 
 from ..parallel import DEFAULT_ORDER, DIMENSIONS, Candidate, parse_order
 from ..specs import ClusterSpec
-from .tiers import tier_of_pair
+from .tiers import SMALL_GROUPS, pair_tier, tier_of_pair
 
 
 @dataclass(frozen=True)
@@ -210,6 +210,12 @@ def boundary_tiers_reduced(layout: Layout, cluster: ClusterSpec, period: int) ->
     pp = layout.degrees.get("pp", 1)
     stride = layout.strides()["pp"]
     offsets = mixed_radix(reduce_leaders(dims_of(layout, [d for d in DIMENSIONS if d != "pp"]), period))
+    if pp * len(offsets) <= SMALL_GROUPS:  # plain Python on a few pairs (see SMALL_GROUPS)
+        sizes, within, tiers = cluster.group_sizes(), offsets.tolist(), []
+        for k in range(pp):
+            shift = stride if k < pp - 1 else -(pp - 1) * stride
+            tiers.append(max(pair_tier(sizes, k * stride + o, k * stride + o + shift) for o in within))
+        return np.array(tiers, dtype=np.int64)
     stage = np.arange(pp, dtype=np.int64)
     ranks = stage[:, None] * stride + offsets[None, :]
     shift = np.where(stage < pp - 1, stride, -(pp - 1) * stride)

@@ -165,8 +165,9 @@ groups in plain Python (:func:`_factor_row`): the placements of a search price o
 few small groups per family, for which numpy's per-call overhead dominates."""
 
 
-def _pair_tier(sizes: tuple[int, ...], a: int, b: int) -> int:
-    """:func:`tier_of_pair` of two device indices (``sizes``: the cluster's group sizes)."""
+def pair_tier(sizes: tuple[int, ...], a: int, b: int) -> int:
+    """:func:`tier_of_pair` of two device indices in plain Python (``sizes``: the
+    cluster's :meth:`~nest.specs.ClusterSpec.group_sizes`)."""
     return sum(a // size != b // size for size in sizes[:-1])
 
 
@@ -190,7 +191,7 @@ def _factor_row(sizes: tuple[int, ...], row: list[int]) -> tuple[int, ...]:
         uniform = uniform and low == max(counts)
         factors.append(low)
     if not uniform:
-        top = max(_pair_tier(sizes, row[0], device) for device in row)
+        top = max(pair_tier(sizes, row[0], device) for device in row)
         return tuple(len(row) if t == top else 1 for t in range(len(sizes)))
     return tuple(factors)
 
@@ -236,7 +237,7 @@ def ring_link(cluster: ClusterSpec, groups: np.ndarray) -> tuple[float, float]:
         return 0.0, 0.0
     if groups.size <= SMALL_GROUPS:
         sizes = cluster.group_sizes()
-        tier = max(_pair_tier(sizes, row[i - 1], row[i]) for row in groups.tolist() for i in range(len(row)))
+        tier = max(pair_tier(sizes, row[i - 1], row[i]) for row in groups.tolist() for i in range(len(row)))
     else:
         tier = int(tier_of_pair(cluster, groups, np.roll(groups, -1, axis=1)).max())
     t = cluster.tiers[tier]

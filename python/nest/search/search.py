@@ -203,8 +203,8 @@ class _Search:
             return
         # a candidate whose memory floor exceeds the device cannot fit
         capacity = self.scn.cluster.device.memory_bytes
-        fits = candidate_memory_floor(self.scn, self.table, cands) <= capacity
         if not self.offload_when_needed:
+            fits = candidate_memory_floor(self.scn, self.table, cands) <= capacity
             self._run(cands.take(fits), source[fits], position[fits])
             return
         # By default a candidate offloads only to fit: offloading a larger fraction adds
@@ -219,6 +219,11 @@ class _Search:
             step = cands.offload == fraction
             if cannot is not None:
                 step &= np.isin(keys, cannot)
+            # the floor of this step's candidates only (it is elementwise): most candidates
+            # fit without offloading and never reach a larger fraction
+            tried = np.flatnonzero(step)
+            fits = np.zeros(len(cands), dtype=bool)
+            fits[tried] = candidate_memory_floor(self.scn, self.table, cands.take(tried)) <= capacity
             self.infeasible = set()
             run = step & fits
             self._run(cands.take(run), source[run], position[run])
