@@ -268,7 +268,8 @@ def topology_blind(model, cluster, job=None, *, source=None, limits: SpaceLimits
     def run():
         m, c, j = coerce_inputs(model, cluster, job)
         flat = flat_cluster(c, flat_bandwidth)
-        blind = plan(m, flat, j, engine=engine, threads=threads, limits=limits, source=source)
+        # only the blind plan's configuration and split are used: no idle-device search
+        blind = plan(m, flat, j, engine=engine, threads=threads, limits=limits, source=source, explain_idle=False)
         real = evaluate(m, c, j, source=source, **plan_config(blind))
         return real, {"flat_bandwidth_GBps": flat.tiers[0].bandwidth / 1e9,
                       "flat_latency_us": flat.tiers[0].latency * 1e6,
@@ -389,7 +390,7 @@ class _Chain:
                                                   "recompute", "micro_batch", "rank_order")}
             try:
                 p = evaluate(self.model, self.cluster, self.job, source=self.source,
-                             layers_per_stage=list(s["split"]), **kwargs)
+                             layers_per_stage=list(s["split"]), explain=False, **kwargs)
                 self.cache[k] = p.step_time_s
                 self.plans[k] = p
             except (InfeasibleError, SpecError):
