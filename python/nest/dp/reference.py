@@ -48,6 +48,9 @@ class _Candidate:
         self.mem_fixed = float(problem.cand_mem_fixed[n])
         self.mem_per_param = float(problem.cand_mem_per_param[n])
         self.capacity = problem.capacity
+        # (k, i, j) -> (params, time, fits) of that stage: what allowed() compares with the
+        # caps; the min-max recurrences ask for the same segments under many caps
+        self._segments: dict[tuple[int, int, int], tuple[int, int, bool]] = {}
 
     def stage_time(self, k: int, i: int, j: int) -> int:
         t = self.prefix_time[j] - self.prefix_time[i]
@@ -77,7 +80,11 @@ class _Candidate:
         """Stage ``k`` may take nodes ``[i, j)`` (``l_cap``, default ``t_cap``: the time
         cap of the last stage)."""
         cap = t_cap if l_cap is None or k < self.p - 1 else l_cap
-        return self.stage_params(i, j) <= w_cap and self.stage_time(k, i, j) <= cap and self.fits(k, i, j)
+        segment = self._segments.get((k, i, j))
+        if segment is None:
+            segment = self._segments[k, i, j] = (self.stage_params(i, j), self.stage_time(k, i, j), self.fits(k, i, j))
+        params, time, fits = segment
+        return params <= w_cap and time <= cap and fits
 
     def head_time(self, k: int, i: int, j: int) -> int:
         return self.stage_time(k, i, j) if k < self.p - 1 else 0
