@@ -77,8 +77,10 @@ _scenarios: OrderedDict = OrderedDict()
 def _scenario(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, source=None) -> Scenario:
     """The :class:`~nest.cost.scenario.Scenario` of these specs, shared with the last
     :data:`SHARED_SCENARIOS` calls on equal specs (it only caches what is computed from
-    them, so sharing changes no price); measured sources are never shared."""
-    key = (model, cluster, job)
+    them, so sharing changes no price); measured sources are never shared. A graph
+    cluster's graph and device order are left out of its equality: they count here by
+    identity (the shared Scenario holds the graph, so its id names no other graph)."""
+    key = (model, cluster, id(cluster.graph), cluster.device_order, job)
     try:
         hash(key)
     except TypeError:  # a spec holding something unhashable: nothing to share by

@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..arrays import isin, setdiff, unique
 from ..cost.pricing import price
 from ..cost.scenario import ConfigTable, Scenario
 from ..dp import engine as engines
@@ -215,10 +216,10 @@ class _Search:
         # already fits; asked-for fractions are searched everywhere.
         keys = self._sibling_keys(cands, source)
         cannot = None  # keys of the candidates that did not fit at the previous fraction
-        for fraction in np.unique(cands.offload):
+        for fraction in unique(cands.offload):
             step = cands.offload == fraction
             if cannot is not None:
-                step &= np.isin(keys, cannot)
+                step &= isin(keys, cannot)
             # the floor of this step's candidates only (it is elementwise): most candidates
             # fit without offloading and never reach a larger fraction
             tried = np.flatnonzero(step)
@@ -228,7 +229,7 @@ class _Search:
             run = step & fits
             self._run(cands.take(run), source[run], position[run])
             # a candidate the framework does not run at this fraction waits for the next
-            absent = np.zeros(0, dtype=np.int64) if cannot is None else np.setdiff1d(cannot, keys[step])
+            absent = np.zeros(0, dtype=np.int64) if cannot is None else setdiff(cannot, keys[step])
             cannot = np.concatenate((keys[step & ~fits], np.fromiter(self.infeasible, dtype=np.int64), absent))
             if not len(cannot):
                 break
