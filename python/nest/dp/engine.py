@@ -87,7 +87,7 @@ def has_openmp() -> bool:
 
 def default_threads(problem: DPProblem) -> int:
     """Threads the C++ engine solves ``problem`` with when none are asked for: one for a
-    batch of fewer than two million DP cells (stage positions x nodes^2), whose parallel
+    batch of fewer than 32 million DP cells (stage positions x nodes^2), whose parallel
     run costs more than it saves when other processes keep the cores busy; else
     :func:`available_threads`."""
     nodes = problem.time_ps.shape[1]
