@@ -68,7 +68,7 @@ from ..dp.reference import split_fits, stage_details, stage_times
 from ..errors import InfeasibleError, SpecError
 from ..frameworks import framework
 from ..parallel import Candidate, CandidateArrays, SpaceLimits
-from ..schedule.memory import fits
+from ..schedule.memory import CandidateMemory, fits
 from ..schedule.step import batch_step_s
 from ..schedule.tasks import BatchTasks
 from ..units import PS
@@ -496,7 +496,7 @@ def polish(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, ends:
     stage.
     """
     tasks = BatchTasks.of_candidate(scn, cand)
-    dp_fits = split_fits(problem, local)
+    dp_fits, memory = split_fits(problem, local), CandidateMemory(tasks.priced, 0)
     # trials by outcome (a pass without improvement re-tries the splits next to the final
     # one that the pass before tried): those that passed both checks, timed, and the others
     timed: dict[tuple, float] = {}
@@ -518,7 +518,7 @@ def polish(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, ends:
                 if key in unfit:
                     continue
                 if key not in timed:
-                    if not dp_fits(trial) or not fits(tasks.priced, 0, np.diff([0] + trial).tolist()):
+                    if not dp_fits(trial) or not memory.fits(np.diff([0] + trial).tolist()):
                         unfit.add(key)
                         continue
                     timed[key] = step(trial)
