@@ -96,6 +96,12 @@ def _scenario(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, source=None)
     return scn
 
 
+def clear_shared_scenarios() -> None:
+    """Forget the Scenarios kept for later calls (:data:`SHARED_SCENARIOS`): the next
+    call prices from scratch, as a fresh process does (benchmarks of a cold call)."""
+    _scenarios.clear()
+
+
 def plan(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | None = None, *,
          engine: str = "cpp", threads: int | None = None,
          limits: SpaceLimits = SpaceLimits(), source=None, ranking: str = "schedule",
