@@ -209,25 +209,27 @@ def _factor_rows(cluster: ClusterSpec, groups: np.ndarray) -> np.ndarray:
     changes, and per-block counts come from ``reduceat`` over the flattened rows.
     """
     rows, width = groups.shape
-    sizes = (1,) + cluster.group_sizes()
+    sizes = cluster.group_sizes()
     factors = np.ones((rows, len(cluster.tiers)), dtype=np.int64)
     uniform = np.ones(rows, dtype=bool)
-    row_start = np.zeros((rows, width), dtype=bool)
-    row_start[:, 0] = True
+
+    def block_starts(ids: np.ndarray) -> np.ndarray:
+        """Where a new block begins in each row (every row begins one)."""
+        starts = np.ones((rows, width), dtype=bool)
+        starts[:, 1:] = ids[:, 1:] != ids[:, :-1]
+        return starts
+
+    inner_start = block_starts(groups)  # tier -1: the devices themselves
     for t in range(len(cluster.tiers)):
-        inner, outer = groups // sizes[t], groups // sizes[t + 1]
-        inner_start = row_start.copy()
-        inner_start[:, 1:] |= inner[:, 1:] != inner[:, :-1]
-        outer_start = row_start.copy()
-        outer_start[:, 1:] |= outer[:, 1:] != outer[:, :-1]
+        outer_start = block_starts(groups // sizes[t])
         seg = np.flatnonzero(outer_start.ravel())
         counts = np.add.reduceat(inner_start.ravel().astype(np.int64), seg)
-        seg_row = seg // width
-        row_first = np.flatnonzero(np.r_[True, seg_row[1:] != seg_row[:-1]])
+        row_first = np.flatnonzero(seg % width == 0)  # each row's first block
         low = np.minimum.reduceat(counts, row_first)
         high = np.maximum.reduceat(counts, row_first)
         uniform &= low == high
         factors[:, t] = low
+        inner_start = outer_start  # this tier's blocks are the next tier's members
     if not uniform.all():
         top = tier_of_pair(cluster, groups[:, :1], groups).max(axis=1)
         flat = np.ones_like(factors)

@@ -179,7 +179,7 @@ class BatchTasks:
         # boundary q (after stage q's last node) is crossed forward by q, backward by q + 1
         sends = scn.placer.boundary_seconds(self.priced.places[n], np.arange(n_virtual - 1) % pp,
                                             node[ends[:-1] - 1, 6])
-        send_forward, send_backward = np.append(sends, 0.0), np.insert(sends, 0, 0.0)
+        send_forward, send_backward = np.concatenate((sends, [0.0])), np.concatenate(([0.0], sends))
         out = {name: sums[:, i] for i, name in enumerate(STAGE_COLUMNS[:6])}
         out["backward_comm_s"] = np.maximum(0.0, out["backward_comm_s"])
         out.update(send_forward_s=send_forward, send_backward_s=send_backward, starts=starts, ends=ends)
