@@ -19,6 +19,7 @@ import numpy as np
 
 from .cost.activation_offload import offload_layer_counts
 from .cost.offload import offload_fractions
+from .cost.pricing import price_candidate
 from .cost.scenario import Scenario
 from .dp import engine as engines
 from .dp.problem import INFEASIBLE
@@ -40,7 +41,7 @@ from .result import Plan, build_plan
 from .schedule.memory import fits
 from .schedule.step import batch_step_s
 from .schedule.tasks import BatchTasks
-from .search.problems import ends_of, problem
+from .search.problems import build_problem, dp_rows, ends_of
 from .search.search import NoFullUse, SearchOutcome, check_ranking, framework_split, polish, polish_split, search
 from .search.space import check_tp, model_recompute_modes
 from .specs import ClusterSpec, JobSpec, ModelSpec
@@ -236,14 +237,15 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
         raise RuleError(f"layers_per_stage = {','.join(map(str, layers_per_stage))}: framework = {fw.name} "
                         f"splits the layers itself; closest expressible: {','.join(map(str, closest))}")
     with _priceable(scn):
-        fixed = problem(scn, [cand])
+        priced = price_candidate(scn, cand)  # once: the DP's tables, a framework's splits, the plan
+        fixed = build_problem(scn, dp_rows(priced))
         result = engines.solve(fixed, engine, threads) if layers_per_stage is None else None
     check_ranking(ranking)
     if layers_per_stage is None:
         if result.status[0] == INFEASIBLE:
             raise _refusal(explain, lambda: _diagnose().config_message(scn, cand, None, engine, threads))
         if options is not None:
-            tasks = BatchTasks.of_candidate(scn, cand)
+            tasks = BatchTasks.of(priced)
             found = framework_split(fixed, 0, options, None if ranking == "closed-form" else
                                     lambda nodes: batch_step_s(tasks, 0, nodes, engine),
                                     lambda nodes: fits(tasks.priced, 0, nodes))
@@ -260,7 +262,7 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
         if not all(stage["fits"] for stage in stage_details(fixed, 0, ends)):
             raise _refusal(explain, lambda: _diagnose().config_message(scn, cand, ends, engine, threads))
     built = build_plan(scn, cand, fixed, 0, ends, solve_time=time.perf_counter() - started,
-                       evaluated=1, engine=engine, candidates_total=1, threads=threads)
+                       evaluated=1, engine=engine, candidates_total=1, threads=threads, priced=priced)
     if built.peak_memory.total > scn.cluster.device.memory_bytes:
         raise _refusal(explain, lambda: _diagnose().peak_message(scn, built.peak_memory))
     if built.devices_used < cluster.num_devices:
