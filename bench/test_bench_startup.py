@@ -1,8 +1,9 @@
 """Process start-up of ``nest`` (issue 19: ``nest plan`` before the search begins <= 0.15 s;
 gpt3-175b on 1024 dgx-a100 as a whole process <= 0.3 s with a competing busy process).
 
-Each round spawns a fresh interpreter. ``load=busy`` runs one busy-loop process per core
-beside it for the whole benchmark, as on a shared machine. ``bytecode`` in extra_info says
+Each round spawns a fresh interpreter. ``load=busy-1`` runs one busy-loop process beside it
+for the whole benchmark (the issue's competing process), ``load=busy`` one per core, as on
+a shared machine. ``bytecode`` in extra_info says
 whether the interpreter may write ``__pycache__`` (some machines set
 ``PYTHONDONTWRITEBYTECODE``, which makes every process compile nest's sources again).
 """
@@ -37,12 +38,12 @@ COMMANDS = {
 }
 
 
-@pytest.fixture(params=["idle", "busy"])
+@pytest.fixture(params=["idle", "busy-1", "busy"])
 def load(request):
-    """``busy``: one spinning process per core for the duration of the benchmark."""
-    spinners = []
-    if request.param == "busy":
-        spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    """``busy-1``: one spinning process, ``busy``: one per core, for the duration of the
+    benchmark."""
+    count = {"idle": 0, "busy-1": 1, "busy": os.cpu_count() or 1}[request.param]
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
     yield request.param
     for spinner in spinners:
         spinner.kill()

@@ -28,7 +28,7 @@ PACKAGE = "nest"
 MAX_LINES = 700
 
 FLOORS = (
-    ("errors", "units", "frozen_graph", "_lazy"),
+    ("errors", "units", "frozen_graph", "_lazy", "arrays"),
     ("specs",),
     ("parallel",),
     ("frameworks",),

@@ -430,12 +430,12 @@ def test_result_contract():
 
 
 def test_small_batches_run_on_one_thread_by_default():
-    """Below two million DP cells the default is one thread (what a parallel team costs
-    on a busy machine exceeds what it saves); above, every available thread. Either way
-    the result is the same as with any explicit thread count."""
-    assert core.default_threads(1_999_999.0) == 1
-    assert core.default_threads(2_000_000.0) == core.max_threads()
+    """Below 32 million DP cells (a search's batch) the default is one thread (what a
+    parallel team costs on a busy machine exceeds what it saves); above, every available
+    thread. Either way the result is the same as with any explicit thread count."""
+    assert core.default_threads(31_999_999.0) == 1
+    assert core.default_threads(32_000_000.0) == core.max_threads()
     small = random_problem(3, max_candidates=64)
-    assert len(small.pos_inflight) * small.time_ps.shape[1] ** 2 < 2_000_000
+    assert len(small.pos_inflight) * small.time_ps.shape[1] ** 2 < 32_000_000
     assert engine.default_threads(small) == 1
     assert_same(engine.solve(small, "cpp"), engine.solve(small, "cpp", threads=2))

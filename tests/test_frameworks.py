@@ -114,13 +114,20 @@ def _broken(fw, model, jobspec, cand) -> set[str]:
     return set(broken)
 
 
-@pytest.mark.parametrize("case", range(len(SPACES)), ids=[f"{f}-{m.name}" for f, m, _ in SPACES])
+FAST_SPACES = (0, 3)
+"""The spaces checked in the default run (dense GPT under Megatron-LM and DeepSpeed); the
+others are tens of thousands of candidates checked one at a time each: -m slow."""
+
+
+@pytest.mark.parametrize("case", [pytest.param(case, marks=() if case in FAST_SPACES else pytest.mark.slow)
+                                  for case in range(len(SPACES))], ids=[f"{f}-{m.name}" for f, m, _ in SPACES])
 def test_the_space_is_what_the_rules_admit(case, tiny_moe_in_torchtitan):
     everything, restricted, broken = _spaces(case)
     assert restricted == {c for c, rules in broken.items() if not rules}
     assert restricted and len(restricted) < len(everything)
 
 
+@pytest.mark.slow  # every space of SPACES
 def test_every_rule_is_met_by_some_space(tiny_moe_in_torchtitan):
     """Each rule excludes candidates the unrestricted search has (or is one nest's space
     never breaks): the space tests above are not vacuous."""

@@ -28,6 +28,7 @@ from nest.cost.model import chain_names
 from nest.dp import engine as engine
 from nest.dp import reference as dp_reference
 from nest.dp.problem import CHUNK, INFEASIBLE, PRUNED, SOLVED, DPProblem
+from nest.planner import clear_shared_scenarios
 from nest.presets.clusters import CLUSTERS
 from nest.specs import DeviceSpec, JobSpec, ModelSpec, Tier
 
@@ -271,6 +272,7 @@ def test_plans_fit_and_evaluate_reproduces_them(scenario):
     assert [name for s in plan.stages for name in s.layers] == chain_names(model)
     assert plan.step_time_s > 0 and math.isfinite(plan.step_time_s)
 
+    clear_shared_scenarios()  # evaluate prices from scratch, not with the plan's cached tables
     again = nest.evaluate(model, cluster, job, tp=p["tp"], pp=p["pp"], dp=p["dp"], micro_batch=p["micro_batch"],
                           recompute=p["recompute"], sp=p["sp"], zero=p["zero"], cp=p["cp"], ep=p["ep"],
                           vp=p["vp"], rank_order=p["rank_order"], optimizer_offload=p["optimizer_offload_fraction"],

@@ -280,10 +280,15 @@ def test_plans_simulate_consistently(model, cluster, devices, kwargs):
     assert r.schedule == ("1f1b" if kwargs.get("vp", 1) == 1 else "interleaved-1f1b")
 
 
+SLOW_AT_512 = ("gpt-1t", "llama3.1-405b", "deepseek-v3")
+"""Presets whose 512-device plans and simulations take tens of seconds each (the longest
+pipelines and the most experts): -m slow only."""
+
+
 def _preset_cases():
-    """Every preset at 512 devices in the default run; at 64 and 2048 too with -m slow
-    (two minutes of plans and simulations)."""
-    return [pytest.param(name, devices, marks=[pytest.mark.slow] if devices != 512 or name == "gpt-1t" else [])
+    """Every preset but :data:`SLOW_AT_512` at 512 devices in the default run; those and
+    64 and 2048 devices too with -m slow (two minutes of plans and simulations)."""
+    return [pytest.param(name, devices, marks=[pytest.mark.slow] if devices != 512 or name in SLOW_AT_512 else [])
             for name in MODELS for devices in (64, 512, 2048)]
 
 

@@ -20,8 +20,10 @@ PACKAGES = ["nest", "nest.cost", "nest.dp", "nest.frameworks", "nest.inputs", "n
             "nest.report", "nest.schedule", "nest.search", "nest.studies"]
 
 # What a plan on a tiered cluster never needs: graph networks, YAML, plotting, the sweep
-# machinery, the event-driven simulator, refusal diagnostics, launch formats, HF configs.
+# machinery, the event-driven simulator, refusal diagnostics, launch formats, HF configs,
+# numpy's masked arrays (np.unique and np.isin import them: nest.arrays).
 NOT_FOR_A_TIER_PLAN = ["networkx", "scipy", "yaml", "matplotlib", "distributed", "dask", "importlib.metadata",
+                       "numpy.ma",
                        "nest.network.graph", "nest.network.routing", "nest.network.generators", "nest.studies",
                        "nest.schedule.simulate", "nest.search.diagnose", "nest.inputs.hf", "nest.report.export",
                        "nest.frameworks.megatron", "nest.frameworks.deepspeed", "nest.frameworks.torchtitan"]

@@ -10,6 +10,7 @@ event (:mod:`nest.schedule.simulate`). All three resolve their inputs the same w
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -18,6 +19,7 @@ import numpy as np
 
 from .cost.activation_offload import offload_layer_counts
 from .cost.offload import offload_fractions
+from .cost.pricing import price_candidate
 from .cost.scenario import Scenario
 from .dp import engine as engines
 from .dp.problem import INFEASIBLE
@@ -39,7 +41,7 @@ from .result import Plan, build_plan
 from .schedule.memory import fits
 from .schedule.step import batch_step_s
 from .schedule.tasks import BatchTasks
-from .search.problems import ends_of, problem
+from .search.problems import build_problem, dp_rows, ends_of
 from .search.search import NoFullUse, SearchOutcome, check_ranking, framework_split, polish, polish_split, search
 from .search.space import check_tp, model_recompute_modes
 from .specs import ClusterSpec, JobSpec, ModelSpec
@@ -63,6 +65,42 @@ def _priceable(scn: Scenario):
             raise
         raise SpecError(f"job = {scn.job.global_batch} x {scn.job.seq_len} tokens of {scn.model.name}: "
                         f"a step is too long to price in int64 picoseconds ({error})") from None
+
+
+SHARED_SCENARIOS = 4
+"""Scenarios (cost tables and placement prices) kept for the next call on the same
+model, cluster and job: a comparison or a Markov chain evaluates hundreds of
+configurations of one job."""
+
+_scenarios: OrderedDict = OrderedDict()
+
+
+def _scenario(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, source=None) -> Scenario:
+    """The :class:`~nest.cost.scenario.Scenario` of these specs, shared with the last
+    :data:`SHARED_SCENARIOS` calls on equal specs (it only caches what is computed from
+    them, so sharing changes no price); measured sources are never shared. A graph
+    cluster's graph and device order are left out of its equality: they count here by
+    identity (the shared Scenario holds the graph, so its id names no other graph)."""
+    key = (model, cluster, id(cluster.graph), cluster.device_order, job)
+    try:
+        hash(key)
+    except TypeError:  # a spec holding something unhashable: nothing to share by
+        key = None
+    if source is not None or key is None:
+        return Scenario(model, cluster, job, source)
+    scn = _scenarios.get(key)
+    if scn is None:
+        scn = _scenarios[key] = Scenario(model, cluster, job)
+        while len(_scenarios) > SHARED_SCENARIOS:
+            _scenarios.popitem(last=False)
+    _scenarios.move_to_end(key)
+    return scn
+
+
+def clear_shared_scenarios() -> None:
+    """Forget the Scenarios kept for later calls (:data:`SHARED_SCENARIOS`): the next
+    call prices from scratch, as a fresh process does (benchmarks of a cold call)."""
+    _scenarios.clear()
 
 
 def plan(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | None = None, *,
@@ -90,7 +128,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | None
     threads = checked_threads(threads)
     explain_idle = checked_switch("explain_idle", explain_idle)
     model, cluster, job = coerce_inputs(model, cluster, job)
-    scn = Scenario(model, cluster, job, source)
+    scn = _scenario(model, cluster, job, source)
     best = _searched_plan(scn, limits, engine, threads, ranking, started)
     if explain_idle and best.devices_used < cluster.num_devices:
         best = replace(best, devices_idle_reason=_idle_reason(scn, limits, engine, threads, ranking, best),
@@ -148,7 +186,7 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
              distributed_optimizer: bool = False, zero: int | None = None, cp: int = 1, ep: int = 1,
              vp: int = 1, rank_order: str = DEFAULT_ORDER, layers_per_stage: list[int] | None = None,
              optimizer_offload: float = 0.0, activation_offload: int = 0, engine: str = "cpp",
-             threads: int | None = None, source=None, ranking: str = "schedule") -> Plan:
+             threads: int | None = None, source=None, ranking: str = "schedule", explain: bool = True) -> Plan:
     """Cost one fixed configuration; with ``layers_per_stage`` also a fixed split.
 
     ``zero`` is the ZeRO stage (0-3); ``distributed_optimizer=True`` is ZeRO-1 (Megatron's
@@ -161,7 +199,10 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
     schedule order. Without a split, the stage DP's split for that configuration,
     polished on the exact schedule (:func:`~nest.search.search.polish_split`) unless
     ``ranking`` is ``"closed-form"``, as :func:`plan` splits it. Inputs as for
-    :func:`plan`.
+    :func:`plan`. ``explain=False``: a configuration that does not fit raises
+    :class:`~nest.errors.InfeasibleError` without the diagnosis of what fills the memory
+    and which changes fit, which costs more than the evaluation (for searches that only
+    need to know).
     """
     started = time.perf_counter()
     threads = checked_threads(threads)
@@ -177,7 +218,7 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
     if layers and (pp > 1 or recompute != "none"):
         raise SpecError(f"activation_offload = {layers}: runs on one pipeline stage without recomputation "
                         f"(pp = {pp}, recompute = {recompute}; Megatron-Core TransformerConfig.__post_init__)")
-    scn = Scenario(model, cluster, job, source)
+    scn = _scenario(model, cluster, job, source)
     if zero is None:
         zero = 1 if distributed_optimizer or (offload and dp * cp == 1) else 0
     elif distributed_optimizer and zero != 1:
@@ -196,20 +237,21 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
         raise RuleError(f"layers_per_stage = {','.join(map(str, layers_per_stage))}: framework = {fw.name} "
                         f"splits the layers itself; closest expressible: {','.join(map(str, closest))}")
     with _priceable(scn):
-        fixed = problem(scn, [cand])
+        priced = price_candidate(scn, cand)  # once: the DP's tables, a framework's splits, the plan
+        fixed = build_problem(scn, dp_rows(priced))
         result = engines.solve(fixed, engine, threads) if layers_per_stage is None else None
     check_ranking(ranking)
     if layers_per_stage is None:
         if result.status[0] == INFEASIBLE:
-            raise InfeasibleError(_diagnose().config_message(scn, cand, None, engine, threads))
+            raise _refusal(explain, lambda: _diagnose().config_message(scn, cand, None, engine, threads))
         if options is not None:
-            tasks = BatchTasks.of_candidate(scn, cand)
+            tasks = BatchTasks.of(priced)
             found = framework_split(fixed, 0, options, None if ranking == "closed-form" else
                                     lambda nodes: batch_step_s(tasks, 0, nodes, engine),
                                     lambda nodes: fits(tasks.priced, 0, nodes))
             if found is None:
-                raise InfeasibleError(f"no split framework {fw.name} generates fits in memory: "
-                                      + _diagnose().config_message(scn, cand, None, engine, threads))
+                raise _refusal(explain, lambda: _diagnose().config_message(scn, cand, None, engine, threads),
+                               f"no split framework {fw.name} generates fits in memory")
             ends = found[2]
         else:
             ends = ends_of(fixed, result, 0)
@@ -218,15 +260,24 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
     else:
         ends = [int(e) for e in np.cumsum(layers_per_stage)]
         if not all(stage["fits"] for stage in stage_details(fixed, 0, ends)):
-            raise InfeasibleError(_diagnose().config_message(scn, cand, ends, engine, threads))
+            raise _refusal(explain, lambda: _diagnose().config_message(scn, cand, ends, engine, threads))
     built = build_plan(scn, cand, fixed, 0, ends, solve_time=time.perf_counter() - started,
-                       evaluated=1, engine=engine, candidates_total=1, threads=threads)
+                       evaluated=1, engine=engine, candidates_total=1, threads=threads, priced=priced)
     if built.peak_memory.total > scn.cluster.device.memory_bytes:
-        raise InfeasibleError(_diagnose().peak_message(scn, built.peak_memory))
+        raise _refusal(explain, lambda: _diagnose().peak_message(scn, built.peak_memory))
     if built.devices_used < cluster.num_devices:
         built = replace(built, devices_idle_reason=f"the configuration's tp x cp x pp x dp = {tp} x {cp} x {pp} x "
                                                    f"{dp} = {built.devices_used}")
     return built
+
+
+def _refusal(explain: bool, message, prefix: str | None = None) -> InfeasibleError:
+    """The InfeasibleError of :func:`evaluate`: ``prefix: message()``, or without
+    ``explain`` the prefix alone (by default: the configuration does not fit)."""
+    head = prefix or "the configuration does not fit in memory"
+    if not explain:
+        return InfeasibleError(head)
+    return InfeasibleError(f"{prefix}: {message()}" if prefix else message())
 
 
 def _diagnose():

@@ -53,7 +53,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .cost.offload import host_share_of_step
-from .cost.pricing import KindTimes, gpu_optimizer_s, optimizer_launch_s
+from .cost.pricing import KindTimes, Priced, gpu_optimizer_s, optimizer_launch_s
 from .cost.scenario import AnalyticSource, Scenario
 from .dp import engine as engines
 from .dp.problem import DPProblem
@@ -216,13 +216,15 @@ class Plan:
 
 def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, ends: list[int], *,
                solve_time: float, evaluated: int, engine: str, candidates_total: int,
-               threads: int | None = None) -> Plan:
-    """Assemble the plan of ``cand`` (row ``local`` of ``problem``) split at ``ends``."""
+               threads: int | None = None, priced: Priced | None = None) -> Plan:
+    """Assemble the plan of ``cand`` (row ``local`` of ``problem``) split at ``ends``;
+    ``priced``: ``cand`` priced alone (:func:`~nest.cost.pricing.price_candidate`), when
+    the caller has it."""
     cfg, pp, dp = cand.cfg, cand.pp, cand.dp
     micro_batches = scn.micro_batches(cand)
     details = stage_details(problem, local, ends)
     closed_form = split_closed_form_ps(problem, local, details) / PS
-    tasks = BatchTasks.of_candidate(scn, cand)
+    tasks = BatchTasks.of(priced) if priced is not None else BatchTasks.of_candidate(scn, cand)
     timing = batch_timing(tasks, 0, [d["end"] - d["start"] for d in details], "python" if engine == "python" else "cpp")
     step = timing.step_s
     breakdown = _breakdown(scn, tasks.priced.times, pp, timing, [(d["start"], d["end"]) for d in details],

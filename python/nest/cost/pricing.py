@@ -32,6 +32,7 @@ from functools import cached_property
 
 import numpy as np
 
+from ..arrays import isin
 from ..network.placement import GroupTerms, Placement, reduce_scatter_s
 from ..parallel import RECOMPUTE_MODES, Candidate, CandidateArrays, ep_overlap_allowed, warmup
 from ..specs import JobSpec
@@ -409,7 +410,7 @@ class Priced:
         backward's layer is freed (:func:`nest.schedule.memory.live_counts`); 0 without
         EP overlap."""
         paired = self.extra_warmup > 0
-        blocks = np.isin(np.asarray(self.scn.kind_list), (BLOCK, MOE))
+        blocks = isin(np.asarray(self.scn.kind_list), (BLOCK, MOE))
         if not (paired.any() and blocks.any()):
             return np.zeros(len(self), dtype=np.int64)
         return np.where(paired, self.col("act_bytes")[:, blocks].max(axis=1), 0).astype(np.int64)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..arrays import unique
 from ..errors import SpecError
 from ..network.placement import placer_for
 from ..network.tiers import TokenDispatch
@@ -158,7 +159,7 @@ class Scenario:
             columns[name] = np.stack([np.pad(p[name].reshape(n, -1), ((0, 0), (0, slots - p[name].shape[1])))
                                       for p in per_kind], axis=1)
         in_flight, host = self._activation_offload(columns, arrays)
-        before = np.unique(self.kind_index[:-1])
+        before = unique(self.kind_index[:-1])
         last = columns["transient_bytes"][:, self.kind_index[-1]] if n else np.zeros(0, dtype=np.int64)
         transient = (columns["transient_bytes"][:, before].max(axis=1) if n and len(before)
                      else np.zeros(n, dtype=np.int64))

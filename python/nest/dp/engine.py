@@ -28,15 +28,21 @@ def _core():
     Its OpenMP threads wait passively (``OMP_WAIT_POLICY=PASSIVE`` unless the user set a
     policy): libgomp reads the variable when the core loads it, and spinning threads at a
     barrier take cores from the thread they wait for, and from other processes, whenever
-    the machine is busy."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    try:
-        from .. import _core
-    except ImportError as error:  # pragma: no cover - only without a build
-        raise ImportError(
-            "nest._core (the compiled stage DP) is not available; install the package "
-            "with `pip install .` or use engine='python'") from error
-    return _core
+    the machine is busy. Loaded once (every solve and schedule asks for it)."""
+    global _loaded
+    if _loaded is None:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        try:
+            from .. import _core
+        except ImportError as error:  # pragma: no cover - only without a build
+            raise ImportError(
+                "nest._core (the compiled stage DP) is not available; install the package "
+                "with `pip install .` or use engine='python'") from error
+        _loaded = _core
+    return _loaded
+
+
+_loaded = None  # nest._core once _core() has loaded it
 
 
 def solve(problem: DPProblem, engine: str = "cpp", threads: int | None = None) -> DPResult:
@@ -87,7 +93,7 @@ def has_openmp() -> bool:
 
 def default_threads(problem: DPProblem) -> int:
     """Threads the C++ engine solves ``problem`` with when none are asked for: one for a
-    batch of fewer than two million DP cells (stage positions x nodes^2), whose parallel
+    batch of fewer than 32 million DP cells (stage positions x nodes^2), whose parallel
     run costs more than it saves when other processes keep the cores busy; else
     :func:`available_threads`."""
     nodes = problem.time_ps.shape[1]

@@ -33,11 +33,11 @@ class _Candidate:
         c = int(problem.cand_config[n])
         self.nodes = problem.num_nodes
         self.p = problem.stages(n)
-        self.prefix_time = np.concatenate(([0], np.cumsum(problem.time_ps[c]))).tolist()
-        self.prefix_params = np.concatenate(([0], np.cumsum(problem.params[c]))).tolist()
-        self.prefix_act = np.concatenate(([0], np.cumsum(problem.act_bytes[c]))).tolist()
-        self.prefix_mem = np.concatenate(([0], np.cumsum(problem.mem_params[c]))).tolist()
-        self.prefix_host = np.concatenate(([0], np.cumsum(problem.host_params[c]))).tolist()
+        # the five prefix sums in one int64 pass (built per candidate, split and polish step)
+        prefix = np.zeros((5, self.nodes + 1), dtype=np.int64)
+        np.cumsum(np.stack((problem.time_ps[c], problem.params[c], problem.act_bytes[c], problem.mem_params[c],
+                            problem.host_params[c])), axis=1, out=prefix[:, 1:])
+        self.prefix_time, self.prefix_params, self.prefix_act, self.prefix_mem, self.prefix_host = prefix.tolist()
         self.host_per_param = float(problem.cand_host_per_param[n])
         self.host_capacity = problem.host_capacity
         self.send = problem.send_ps[c].tolist()
@@ -48,6 +48,9 @@ class _Candidate:
         self.mem_fixed = float(problem.cand_mem_fixed[n])
         self.mem_per_param = float(problem.cand_mem_per_param[n])
         self.capacity = problem.capacity
+        # (k, i, j) -> (params, time, fits) of that stage: what allowed() compares with the
+        # caps; the min-max recurrences ask for the same segments under many caps
+        self._segments: dict[tuple[int, int, int], tuple[int, int, bool]] = {}
 
     def stage_time(self, k: int, i: int, j: int) -> int:
         t = self.prefix_time[j] - self.prefix_time[i]
@@ -77,7 +80,11 @@ class _Candidate:
         """Stage ``k`` may take nodes ``[i, j)`` (``l_cap``, default ``t_cap``: the time
         cap of the last stage)."""
         cap = t_cap if l_cap is None or k < self.p - 1 else l_cap
-        return self.stage_params(i, j) <= w_cap and self.stage_time(k, i, j) <= cap and self.fits(k, i, j)
+        segment = self._segments.get((k, i, j))
+        if segment is None:
+            segment = self._segments[k, i, j] = (self.stage_params(i, j), self.stage_time(k, i, j), self.fits(k, i, j))
+        params, time, fits = segment
+        return params <= w_cap and time <= cap and fits
 
     def head_time(self, k: int, i: int, j: int) -> int:
         return self.stage_time(k, i, j) if k < self.p - 1 else 0
@@ -233,9 +240,32 @@ def brute_force(problem: DPProblem, n: int) -> tuple[int, int, int, list[int]] |
 
 
 def stage_times(problem: DPProblem, n: int, ends: list[int]) -> list[int]:
-    """Per stage of candidate ``n`` split at ``ends``: its time (ps) as the DP prices it."""
+    """Per stage of candidate ``n`` split at ``ends``: its time (ps) as the DP prices it
+    (:meth:`_Candidate.stage_time`, from the time table alone: the search bounds every
+    split it keeps with this)."""
+    c, p, start = int(problem.cand_config[n]), problem.stages(n), int(problem.pos_offset[n])
+    prefix = [0, *np.cumsum(problem.time_ps[c]).tolist()]
+    send, tier = problem.send_ps[c].tolist(), problem.pos_tier[start:start + p].tolist()
+    times = []
+    for k, (i, j) in enumerate(zip([0] + list(ends[:-1]), ends)):
+        t = prefix[j] - prefix[i]
+        if k < p - 1:
+            t += send[tier[k]][j - 1]
+        if k > 0:
+            t += send[tier[k - 1]][i - 1]
+        times.append(t)
+    return times
+
+
+def split_fits(problem: DPProblem, n: int):
+    """``fits(ends)``: whether every stage of candidate ``n`` split at ``ends`` fits, as
+    :func:`stage_details` says, for checking many splits of one candidate (the tables
+    are read once)."""
     cand = _Candidate(problem, n)
-    return [cand.stage_time(k, i, j) for k, (i, j) in enumerate(zip([0] + list(ends[:-1]), ends))]
+
+    def fits(ends) -> bool:
+        return all(cand.fits(k, i, j) for k, (i, j) in enumerate(zip([0] + list(ends[:-1]), ends)))
+    return fits
 
 
 def stage_details(problem: DPProblem, n: int, ends: list[int]) -> list[dict]:

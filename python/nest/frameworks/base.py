@@ -13,6 +13,7 @@ applies before enumerating.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -95,7 +96,7 @@ class Rule:
         """The ``no-selective-recompute`` rule of a framework that recomputes whole layers
         or nothing (:data:`WHOLE_LAYERS`)."""
         modes = [RECOMPUTE_MODES.index(mode) for mode in WHOLE_LAYERS]
-        return Rule("no-selective-recompute", text, source, lambda m, j, c: np.isin(c.recompute, modes),
+        return Rule("no-selective-recompute", text, source, lambda m, j, c: member(c.recompute, modes),
                     lambda m, j, cand: "recompute=full")
 
     @staticmethod
@@ -189,14 +190,26 @@ def default_state(name: str, version: str, job: JobSpec) -> None:
                         "closest expressible: fp8_param_gather=False")
 
 
+def member(values: np.ndarray, options) -> np.ndarray:
+    """``np.isin(values, options)`` for a few options, as elementwise comparisons: a rule
+    checks one candidate at a time for every fixed configuration, where ``np.isin``'s
+    sorting costs more than the rule."""
+    out = np.zeros(np.shape(values), dtype=bool)
+    for option in options:
+        out |= values == option
+    return out
+
+
 _PLACED = ("tp", "cp", "dp", "pp")  # ep folds into tp x cp x dp and places nothing itself
 
 
-def _discordant(order: str, other: str) -> list[tuple[str, str]]:
-    """The pairs of placed dimensions whose nesting differs between two rank orders."""
+@functools.lru_cache(maxsize=256)
+def _discordant(order: str, other: str) -> tuple[tuple[str, str], ...]:
+    """The pairs of placed dimensions whose nesting differs between two rank orders
+    (cached: a few orders, asked for by every rule check)."""
     a = {d: i for i, d in enumerate(parse_order(order))}
     b = {d: i for i, d in enumerate(parse_order(other))}
-    return [(x, y) for x, y in itertools.combinations(_PLACED, 2) if (a[x] < a[y]) != (b[x] < b[y])]
+    return tuple((x, y) for x, y in itertools.combinations(_PLACED, 2) if (a[x] < a[y]) != (b[x] < b[y]))
 
 
 def same_layout(c: Columns, orders) -> np.ndarray:

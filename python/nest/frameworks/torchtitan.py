@@ -40,7 +40,7 @@ import numpy as np
 from ..errors import SpecError
 from ..parallel import DEFAULT_ORDER, SpaceLimits
 from ..specs import JobSpec, ModelSpec
-from .base import WHOLE_LAYERS, Framework, Rule, default_state, narrowed
+from .base import WHOLE_LAYERS, Framework, Rule, default_state, member, narrowed
 from .plan_reader import PlanReader
 
 _V = "torchtitan 0.3.0"
@@ -148,7 +148,7 @@ RULES = (
     Rule("fsdp",
          "data parallelism replicates (ZeRO-0) or shards with fully_shard (ZeRO-3, reshard after forward)",
          f"{_V} torchtitan/distributed/fsdp.py apply_fsdp_to_decoder",
-         lambda m, j, c: np.isin(c.zero, (0, 3)),
+         lambda m, j, c: member(c.zero, (0, 3)),
          lambda m, j, cand: "zero=3"),
     Rule("fsdp-with-pipeline",
          "with pipeline parallelism torchtitan does not reshard after forward by default and the pipeline "

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..parallel import DEFAULT_ORDER, DIMENSIONS, Candidate, parse_order
 from ..specs import ClusterSpec
-from .tiers import tier_of_pair
+from .tiers import pair_tier, tier_of_pair
 
 
 @dataclass(frozen=True)
@@ -204,12 +204,23 @@ def expert_families(layout: Layout, ep: int) -> tuple[tuple[Dims, Dims], tuple[D
     return (run_dims, _merge(rest_dims + outer)), (rest_dims, _merge(run_dims + outer))
 
 
+SMALL_PAIRS = 64
+"""Up to this many rank pairs, :func:`boundary_tiers_reduced` compares them in plain
+Python (:func:`~nest.network.tiers.pair_tier`): numpy's per-call overhead exceeds the work."""
+
+
 def boundary_tiers_reduced(layout: Layout, cluster: ClusterSpec, period: int) -> np.ndarray:
     """:meth:`Layout.boundary_tiers` from each stage's ranks reduced modulo ``period``
     (the tier of a pair of devices is unchanged by translating both by a multiple of it)."""
     pp = layout.degrees.get("pp", 1)
     stride = layout.strides()["pp"]
     offsets = mixed_radix(reduce_leaders(dims_of(layout, [d for d in DIMENSIONS if d != "pp"]), period))
+    if pp * len(offsets) <= SMALL_PAIRS:
+        sizes, within, tiers = cluster.group_sizes(), offsets.tolist(), []
+        for k in range(pp):
+            shift = stride if k < pp - 1 else -(pp - 1) * stride
+            tiers.append(max(pair_tier(sizes, k * stride + o, k * stride + o + shift) for o in within))
+        return np.array(tiers, dtype=np.int64)
     stage = np.arange(pp, dtype=np.int64)
     ranks = stage[:, None] * stride + offsets[None, :]
     shift = np.where(stage < pp - 1, stride, -(pp - 1) * stride)

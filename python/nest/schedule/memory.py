@@ -124,47 +124,64 @@ class DeviceMemory:
                 "host_bytes": self.host, "host_capacity_bytes": self.host_capacity}
 
 
+class CandidateMemory:
+    """The memory of candidate ``n`` of a priced batch (:class:`~nest.cost.pricing.Priced`)
+    under any split: its per-node parts are computed once, for checking many splits
+    (polishing tries dozens)."""
+
+    def __init__(self, priced, n: int):
+        scn, table, cands = priced.scn, priced.table, priced.cands
+        config, self.pp, self.vp = int(cands.config[n]), int(cands.pp[n]), int(cands.vp[n])
+        kinds = scn.kind_index
+        col = lambda name: table.cols[name][config][kinds].astype(np.float64)  # noqa: E731
+        dense, expert, acts = col("params_dense"), col("params_expert"), col("act_bytes")
+        sync = {k: float(v[n]) for k, v in priced.sync.items()}
+        cache = float(scn.fp8_weight_cache(int(cands.zero[n])))
+        self.parts = {"weights": dense * sync["dense_weight_bytes"] + expert * sync["expert_weight_bytes"]
+                      + cache * (dense + expert) * scn.gemm_kinds[kinds],
+                      "gradients": dense * sync["dense_grad_bytes"] + expert * sync["expert_grad_bytes"],
+                      "optimizer": dense * sync["dense_state_bytes"] + expert * sync["expert_state_bytes"],
+                      "host": dense * sync["dense_host_bytes"] + expert * sync["expert_host_bytes"],
+                      "acts": acts}
+        self.micro, self.extra = int(priced.micro_batches()[n]), int(priced.extra_warmup[n])
+        self.pair = float(priced.pair_transient[n])
+        self.host_capacity = 0.0 if scn.host_share is None else float(scn.host_share.usable_bytes)
+        self.fixed, self.last = float(table.transient[config]), float(table.last_transient[config])
+        self.offloaded = float(table.offload_host[config])
+        self.reserve, self.capacity = float(scn.reserve_bytes), float(scn.cluster.device.memory_bytes)
+
+    def ranks(self, layers_per_stage) -> list[DeviceMemory]:
+        """Per pipeline rank, its memory with ``layers_per_stage`` nodes per virtual stage,
+        at the rank's exact activation peak (:func:`peak_activations`)."""
+        pp, vp = self.pp, self.vp
+        ends = np.cumsum(np.asarray(layers_per_stage, dtype=np.int64))
+        starts = np.concatenate(([0], ends[:-1]))
+        per_stage = {k: np.add.reduceat(v, starts) for k, v in self.parts.items()}
+        peaks, at_peak = peak_activations(pp, vp, self.micro, per_stage["acts"], self.extra)
+        # per rank, the sum over its chunks (virtual stages d, d + pp, ...): each row of the
+        # contiguous [rank, chunk] table reduces as the rank's own 1-D array would, bit for bit
+        per_rank = {k: np.ascontiguousarray(per_stage[k].reshape(vp, pp).T).sum(axis=1).tolist()
+                    for k in ("weights", "gradients", "optimizer", "host")}
+        return [DeviceMemory(d, per_rank["weights"][d], per_rank["gradients"][d], per_rank["optimizer"][d],
+                             float(peaks[d]), tuple(at_peak[d].tolist()),
+                             self.pair + self.fixed + (self.last if d == pp - 1 else 0.0), self.reserve,
+                             self.capacity, per_rank["host"][d] + self.offloaded, self.host_capacity)
+                for d in range(pp)]
+
+    def fits(self, layers_per_stage) -> bool:
+        """Whether every rank fits its device at its exact peak, and its offloaded state
+        its host (the stage DP's check is exact for alike chunks; this settles the others)."""
+        return all(d.total <= self.capacity and d.host <= d.host_capacity for d in self.ranks(layers_per_stage))
+
+
 def device_memory(priced, n: int, layers_per_stage) -> list[DeviceMemory]:
     """Per pipeline rank, the memory of candidate ``n`` of a priced batch
     (:class:`~nest.cost.pricing.Priced`) split into ``layers_per_stage`` nodes per
     virtual stage, at the rank's exact activation peak (:func:`peak_activations`)."""
-    scn, table, cands = priced.scn, priced.table, priced.cands
-    config, pp, vp, zero = int(cands.config[n]), int(cands.pp[n]), int(cands.vp[n]), int(cands.zero[n])
-    kinds = scn.kind_index
-    col = lambda name: table.cols[name][config][kinds].astype(np.float64)  # noqa: E731
-    dense, expert, acts = col("params_dense"), col("params_expert"), col("act_bytes")
-    sync = {k: float(v[n]) for k, v in priced.sync.items()}
-    cache = float(scn.fp8_weight_cache(zero))
-    parts = {"weights": dense * sync["dense_weight_bytes"] + expert * sync["expert_weight_bytes"]
-             + cache * (dense + expert) * scn.gemm_kinds[kinds],
-             "gradients": dense * sync["dense_grad_bytes"] + expert * sync["expert_grad_bytes"],
-             "optimizer": dense * sync["dense_state_bytes"] + expert * sync["expert_state_bytes"],
-             "host": dense * sync["dense_host_bytes"] + expert * sync["expert_host_bytes"],
-             "acts": acts}
-    ends = np.cumsum(np.asarray(layers_per_stage, dtype=np.int64))
-    starts = np.concatenate(([0], ends[:-1]))
-    per_stage = {k: np.add.reduceat(v, starts) for k, v in parts.items()}
-    micro = int(priced.micro_batches()[n])
-    peaks, at_peak = peak_activations(pp, vp, micro, per_stage["acts"], int(priced.extra_warmup[n]))
-    rank_of = np.arange(pp * vp) % pp
-    pair = float(priced.pair_transient[n])
-    host_capacity = 0.0 if scn.host_share is None else float(scn.host_share.usable_bytes)
-    out = []
-    for d in range(pp):
-        mine = rank_of == d
-        transient = pair + float(table.transient[config]) + (float(table.last_transient[config]) if d == pp - 1
-                                                              else 0.0)
-        out.append(DeviceMemory(d, float(per_stage["weights"][mine].sum()), float(per_stage["gradients"][mine].sum()),
-                                float(per_stage["optimizer"][mine].sum()), float(peaks[d]),
-                                tuple(int(x) for x in at_peak[d]), transient, float(scn.reserve_bytes),
-                                float(scn.cluster.device.memory_bytes), float(per_stage["host"][mine].sum())
-                                + float(table.offload_host[config]), host_capacity))
-    return out
+    return CandidateMemory(priced, n).ranks(layers_per_stage)
 
 
 def fits(priced, n: int, layers_per_stage) -> bool:
     """Whether every rank of candidate ``n`` split so fits its device at its exact peak,
-    and its offloaded state its host (the stage DP's check is exact for alike chunks;
-    this settles the others)."""
-    capacity = float(priced.scn.cluster.device.memory_bytes)
-    return all(d.total <= capacity and d.host <= d.host_capacity for d in device_memory(priced, n, layers_per_stage))
+    and its offloaded state its host (:meth:`CandidateMemory.fits`)."""
+    return CandidateMemory(priced, n).fits(layers_per_stage)

@@ -179,7 +179,7 @@ class BatchTasks:
         # boundary q (after stage q's last node) is crossed forward by q, backward by q + 1
         sends = scn.placer.boundary_seconds(self.priced.places[n], np.arange(n_virtual - 1) % pp,
                                             node[ends[:-1] - 1, 6])
-        send_forward, send_backward = np.append(sends, 0.0), np.insert(sends, 0, 0.0)
+        send_forward, send_backward = np.concatenate((sends, [0.0])), np.concatenate(([0.0], sends))
         out = {name: sums[:, i] for i, name in enumerate(STAGE_COLUMNS[:6])}
         out["backward_comm_s"] = np.maximum(0.0, out["backward_comm_s"])
         out.update(send_forward_s=send_forward, send_backward_s=send_backward, starts=starts, ends=ends)
@@ -207,7 +207,8 @@ class BatchTasks:
         ends = np.cumsum(np.asarray(layers_per_stage, dtype=np.int64))
         starts = np.concatenate(([0], ends[:-1])).astype(np.int64)
         chunks = np.add.reduceat(self.sync[n][scn.kind_index], starts, axis=0)  # reduce, gather, optimizer
-        per_rank = [chunks[d::pp].sum(axis=0).tolist() for d in range(pp)]
+        # rank d's chunks are rows d, d + pp, ...: summed in that order, as chunks[d::pp] would be
+        per_rank = chunks.reshape(-1, pp, chunks.shape[1]).sum(axis=0).tolist()
         if sync == "heaviest":
             heaviest = chunks[int(np.argmax(chunks.sum(axis=1)))]
             per_rank = [[vp * float(x) for x in heaviest] for _ in range(pp)]
@@ -216,9 +217,9 @@ class BatchTasks:
         launch = optimizer_launch_s(scn)
         alpha = float(self.priced.sync["fixed_s"][n]) - launch  # latency terms of the collectives
         out = []
+        barrier = EndTask(BARRIER, 0.0, False)
         for reduce, gather, optimizer in per_rank:
             step = launch + optimizer
-            barrier = EndTask(BARRIER, 0.0, False)
             if zero == 0:
                 tasks = [EndTask("all-reduce", alpha + reduce, True), barrier, EndTask("optimizer", step, False)]
             elif zero == 1:

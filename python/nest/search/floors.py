@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..arrays import isin, setdiff, unique
 from ..cost.model import BLOCK, MOE
 from ..cost.pricing import kind_times, sync_columns, sync_weights
 from ..cost.scenario import ConfigTable, Scenario
@@ -145,7 +146,7 @@ def candidate_memory_floor(scn: Scenario, table: ConfigTable, cands: CandidateAr
                            + opt.sharded_bytes * (1 - cands.offload) / np.where(zero >= 1, s, 1))
         total = total + params * per_param[name]
     floor = total / cands.pp
-    blocks = np.flatnonzero(np.isin(np.asarray(scn.kind_list), (BLOCK, MOE)))
+    blocks = np.flatnonzero(isin(np.asarray(scn.kind_list), (BLOCK, MOE)))
     if len(blocks) and len(cands):
         cols = lambda name: table.cols[name][c][:, blocks].astype(np.float64)  # noqa: E731
         block_params = (cols("params_dense") * per_param["dense"][:, None]
@@ -208,7 +209,7 @@ def _inverse_sum(params: np.ndarray, acts: np.ndarray, pp: np.ndarray, vp: np.nd
 def send_floors(scn: Scenario, table: ConfigTable) -> np.ndarray:
     """``[config, tier]``: the cheapest send of any node but the last on that tier or
     any tier above it (what a boundary at least costs when it crosses that tier)."""
-    senders = np.unique(scn.kind_index[:-1])
+    senders = unique(scn.kind_index[:-1])
     if not len(senders):
         return np.zeros(table.send_ps.shape[:2], dtype=np.int64)
     cheapest = table.send_ps[:, :, senders].min(axis=2)
@@ -333,7 +334,7 @@ def cheap_bound(scn: Scenario, table: ConfigTable, partials: Partials, index: np
     c = partials.config[index]
     with_comm = all(o.startswith("tp-cp-") for o in orders)
     cache = table.cached(("cheap", with_comm), dict)
-    missing = np.setdiff1d(c, np.fromiter(cache, dtype=np.int64, count=len(cache)))
+    missing = setdiff(c, np.fromiter(cache, dtype=np.int64, count=len(cache)))
     if len(missing):
         kinds = inner_kind_ps(scn, table, with_comm, missing)
         for i, t_sum, t_max in zip(missing.tolist(), config_sums(scn, kinds).tolist(), kinds.max(axis=1).tolist()):

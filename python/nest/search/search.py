@@ -59,15 +59,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..arrays import isin, setdiff, unique
 from ..cost.pricing import price
 from ..cost.scenario import ConfigTable, Scenario
 from ..dp import engine as engines
 from ..dp.problem import INF, INFEASIBLE, SOLVED, DPProblem, DPResult
-from ..dp.reference import stage_details, stage_times
+from ..dp.reference import split_fits, stage_details, stage_times
 from ..errors import InfeasibleError, SpecError
 from ..frameworks import framework
 from ..parallel import Candidate, CandidateArrays, SpaceLimits
-from ..schedule.memory import fits
+from ..schedule.memory import CandidateMemory, fits
 from ..schedule.step import batch_step_s
 from ..schedule.tasks import BatchTasks
 from ..units import PS
@@ -203,8 +204,8 @@ class _Search:
             return
         # a candidate whose memory floor exceeds the device cannot fit
         capacity = self.scn.cluster.device.memory_bytes
-        fits = candidate_memory_floor(self.scn, self.table, cands) <= capacity
         if not self.offload_when_needed:
+            fits = candidate_memory_floor(self.scn, self.table, cands) <= capacity
             self._run(cands.take(fits), source[fits], position[fits])
             return
         # By default a candidate offloads only to fit: offloading a larger fraction adds
@@ -215,15 +216,20 @@ class _Search:
         # already fits; asked-for fractions are searched everywhere.
         keys = self._sibling_keys(cands, source)
         cannot = None  # keys of the candidates that did not fit at the previous fraction
-        for fraction in np.unique(cands.offload):
+        for fraction in unique(cands.offload):
             step = cands.offload == fraction
             if cannot is not None:
-                step &= np.isin(keys, cannot)
+                step &= isin(keys, cannot)
+            # the floor of this step's candidates only (it is elementwise): most candidates
+            # fit without offloading and never reach a larger fraction
+            tried = np.flatnonzero(step)
+            fits = np.zeros(len(cands), dtype=bool)
+            fits[tried] = candidate_memory_floor(self.scn, self.table, cands.take(tried)) <= capacity
             self.infeasible = set()
             run = step & fits
             self._run(cands.take(run), source[run], position[run])
             # a candidate the framework does not run at this fraction waits for the next
-            absent = np.zeros(0, dtype=np.int64) if cannot is None else np.setdiff1d(cannot, keys[step])
+            absent = np.zeros(0, dtype=np.int64) if cannot is None else setdiff(cannot, keys[step])
             cannot = np.concatenate((keys[step & ~fits], np.fromiter(self.infeasible, dtype=np.int64), absent))
             if not len(cannot):
                 break
@@ -490,6 +496,11 @@ def polish(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, ends:
     stage.
     """
     tasks = BatchTasks.of_candidate(scn, cand)
+    dp_fits, memory = split_fits(problem, local), CandidateMemory(tasks.priced, 0)
+    # trials by outcome (a pass without improvement re-tries the splits next to the final
+    # one that the pass before tried): those that passed both checks, timed, and the others
+    timed: dict[tuple, float] = {}
+    unfit: set[tuple] = set()
 
     def step(trial: list[int]) -> float:
         return batch_step_s(tasks, 0, np.diff([0] + trial).tolist(), engine)
@@ -503,12 +514,16 @@ def polish(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, ends:
                 trial = ends[:k] + [ends[k] + delta] + ends[k + 1:]
                 if not (trial[k - 1] if k else 0) < trial[k] < trial[k + 1] or budget <= 0:
                     continue
-                if not all(d["fits"] for d in stage_details(problem, local, trial)):
+                key = tuple(trial)
+                if key in unfit:
                     continue
-                if not fits(tasks.priced, 0, np.diff([0] + trial).tolist()):
-                    continue
+                if key not in timed:
+                    if not dp_fits(trial) or not memory.fits(np.diff([0] + trial).tolist()):
+                        unfit.add(key)
+                        continue
+                    timed[key] = step(trial)
                 budget -= 1
-                seconds = step(trial)
+                seconds = timed[key]
                 if seconds < best:
                     best, ends, improved = seconds, trial, True
     return ends, best

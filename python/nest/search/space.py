@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..arrays import unique
 from ..cost.activation_offload import offload_layer_counts
 from ..cost.offload import offload_fractions
 from ..errors import SpecError
@@ -244,7 +245,7 @@ class PartialSpace:
                 start = np.where(self.vps[v] == 1, self.starts[d], self.filtered_start[p, d])
                 base = self._base(ti, sp, c, e, p)
                 segments.append((base * len(self.pool) + start) * (self.counts.max() + 1) + length)
-            keys = np.unique(np.concatenate(segments))
+            keys = unique(np.concatenate(segments))
             length = keys % (self.counts.max() + 1)
             start = keys // (self.counts.max() + 1) % len(self.pool)
             base = keys // (self.counts.max() + 1) // len(self.pool)

@@ -166,7 +166,9 @@ def manual_config(model, cluster, job=None, *, source=None, limits: SpaceLimits 
     tps = list(limits.tp) if limits.tp else tensor_parallel_degrees(model, cluster)
     nodes = _nodes(model, source)
     layers = nodes - 2
-    reasons: list[str] = []
+    # why each tried configuration failed; a refusal's diagnosis (what fills the memory)
+    # is only written out when nothing fits, re-asked then (it costs more than the try)
+    reasons: list = []
 
     def attempt(tp: int, pp: int, recompute: str):
         dp_room = devices // (tp * pp)
@@ -187,11 +189,11 @@ def manual_config(model, cluster, job=None, *, source=None, limits: SpaceLimits 
                       "zero": zero, "cp": 1, "ep": ep, "vp": 1, "rank_order": (limits.rank_order or RANK_ORDERS)[0],
                       "layers_per_stage": split}
             try:
-                return kwargs, evaluate(model, cluster, job, source=source, **kwargs)
+                return kwargs, evaluate(model, cluster, job, source=source, explain=False, **kwargs)
             except RuleError as error:
                 broken.append(str(error))
-            except InfeasibleError as error:
-                reasons.append(f"tp={tp} pp={pp} dp={dp} recompute={recompute}: {error}")
+            except InfeasibleError:
+                reasons.append((f"tp={tp} pp={pp} dp={dp} recompute={recompute}", kwargs))
                 return None
         reasons.append(f"tp={tp} pp={pp} dp={dp} recompute={recompute}: "
                        + (broken[0] if broken else f"no ZeRO stage among {limits.zero}"))
@@ -218,8 +220,18 @@ def manual_config(model, cluster, job=None, *, source=None, limits: SpaceLimits 
                 return found
     if not reasons:
         return f"no Megatron-style configuration of {model.name} fits {devices} devices"
-    smallest = min(reasons, key=_needed_gib)
+    smallest = min((_refusal(model, cluster, job, source, *r) if isinstance(r, tuple) else r for r in reasons),
+                   key=_needed_gib)
     return f"no Megatron-style configuration fits in memory (most frugal: {smallest})"
+
+
+def _refusal(model, cluster, job, source, label: str, kwargs: dict) -> str:
+    """``label: why`` the configuration ``kwargs`` does not fit (evaluate's diagnosis)."""
+    try:
+        evaluate(model, cluster, job, source=source, **kwargs)
+    except InfeasibleError as error:
+        return f"{label}: {error}"
+    raise RuntimeError(f"{label}: evaluate refused it, then fitted when asked why")
 
 
 def _needed_gib(reason: str) -> float:
@@ -268,7 +280,8 @@ def topology_blind(model, cluster, job=None, *, source=None, limits: SpaceLimits
     def run():
         m, c, j = coerce_inputs(model, cluster, job)
         flat = flat_cluster(c, flat_bandwidth)
-        blind = plan(m, flat, j, engine=engine, threads=threads, limits=limits, source=source)
+        # only the blind plan's configuration and split are used: no idle-device search
+        blind = plan(m, flat, j, engine=engine, threads=threads, limits=limits, source=source, explain_idle=False)
         real = evaluate(m, c, j, source=source, **plan_config(blind))
         return real, {"flat_bandwidth_GBps": flat.tiers[0].bandwidth / 1e9,
                       "flat_latency_us": flat.tiers[0].latency * 1e6,
@@ -389,7 +402,7 @@ class _Chain:
                                                   "recompute", "micro_batch", "rank_order")}
             try:
                 p = evaluate(self.model, self.cluster, self.job, source=self.source,
-                             layers_per_stage=list(s["split"]), **kwargs)
+                             layers_per_stage=list(s["split"]), explain=False, **kwargs)
                 self.cache[k] = p.step_time_s
                 self.plans[k] = p
             except (InfeasibleError, SpecError):
