@@ -109,11 +109,17 @@ def _death(codes: list[int | None]) -> str:
     return f"a worker exited with code {code}"
 
 
-def _exit_codes(pool) -> list[int | None]:
+def _workers(pool) -> list:
+    """The worker processes a pool has started (its private table, which the pool's
+    manager thread clears once a worker died: take them while they are there)."""
+    return list((getattr(pool, "_processes", None) or {}).values())
+
+
+def _exit_codes(processes) -> list[int | None]:
     """The exit codes of a broken pool's workers (its survivors are being terminated).
     A killed process closes its sentinel pipe a moment before it can be reaped: wait."""
     codes = []
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
+    for process in processes:
         try:
             process.join(timeout=2.0)
             codes.append(process.exitcode)
@@ -140,6 +146,7 @@ def iter_local(run_batch, batches, workers):
                 pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context,
                                            initializer=init_worker, initargs=(os.getpid(),))
                 futures = {pool.submit(run_batch, batch): key for key, batch in todo.items()}
+                started = _workers(pool)  # before a death clears the pool's own table
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             try:
@@ -150,7 +157,7 @@ def iter_local(run_batch, batches, workers):
                 finished = True
                 return
             except BrokenProcessPool:
-                death = _death(_exit_codes(pool))
+                death = _death(_exit_codes(dict.fromkeys(started + _workers(pool))))
                 if restart == MAX_RESTARTS:
                     raise WorkerDied(f"{death} {MAX_RESTARTS + 1} times") from None
         finally:
