@@ -21,6 +21,7 @@ from ..frozen_graph import read_only_graph
 from ..specs import ClusterSpec, Tier
 from ..units import MiB
 from .routing import CompiledGraph, compile_graph, group_rows, route, route_one
+from .symmetry import router_symmetry
 
 _MEBIBYTE = float(MiB)
 
@@ -29,12 +30,25 @@ def _host_distances(comp: CompiledGraph) -> tuple[np.ndarray, np.ndarray]:
     """The routers that host devices (ascending) and their pairwise distances in seconds
     to move one MiB along the fastest path (link weight ``latency + 2**20 / bandwidth``;
     symmetrised on directed graphs), a proxy for how well two devices are connected
-    that sees bandwidth, unlike the routing cost."""
+    that sees bandwidth, unlike the routing cost. With a generator's symmetry, one
+    Dijkstra search per orbit of hosts: ``d(h, x) = d(h0, g_h^-1(x))`` (an automorphism
+    keeps every path's links and their order, hence the float sums)."""
     hosts = np.unique(comp.router_of)
     weight = comp.elat + _MEBIBYTE / comp.link_cap
     nr = len(comp.routers)
     matrix = sp.csr_matrix((weight, (comp.eu, comp.ev)), shape=(nr, nr))
-    dist = np.atleast_2d(dijkstra(matrix, indices=hosts))[:, hosts]
+    sym = router_symmetry(comp)
+    if sym is None:
+        dist = np.atleast_2d(dijkstra(matrix, indices=hosts))[:, hosts]
+    else:
+        canonical = sym.canonical_of[hosts]
+        seeds, which = np.unique(canonical, return_inverse=True)
+        rows = np.atleast_2d(dijkstra(matrix, indices=seeds))
+        dist = np.empty((len(hosts), len(hosts)))
+        step = max(1, (1 << 22) // len(hosts))
+        for at in range(0, len(hosts), step):
+            h = hosts[at:at + step]
+            dist[at:at + step] = rows[which.ravel()[at:at + step, None], sym.relative(h, hosts)]
     dist = np.maximum(dist, dist.T)
     np.fill_diagonal(dist, 0.0)
     return hosts, dist
@@ -76,6 +90,16 @@ def _dendrogram(comp: CompiledGraph):
     return out
 
 
+def _known(comp: CompiledGraph) -> tuple[list[int], tuple[int, ...]] | None:
+    """``(device indices in locality order, level sizes)`` the graph's generator attached
+    (:mod:`nest.network.structure`), or None: the general algorithm's."""
+    known = comp.structure
+    if known is None or not known.knows_order:
+        return None
+    order = list(range(len(comp.devices))) if known.order is None else list(known.order)
+    return order, tuple(known.levels)
+
+
 def locality_order(graph) -> list:
     """Device ids in a locality-preserving order: agglomerative hierarchical clustering
     (complete linkage, :func:`scipy.cluster.hierarchy.linkage`) of the routers that host
@@ -84,8 +108,12 @@ def locality_order(graph) -> list:
     in index order. Every cluster of the dendrogram is a contiguous block of the order,
     so devices that are close (one switch, one pod, one node) get consecutive ranks; on
     the graph form of a hierarchical cluster (and on generated fat trees, spine-leaf and
-    rail-optimized networks) the order is the device index order."""
+    rail-optimized networks) the order is the device index order, which their generators
+    attach with the levels (:mod:`nest.network.structure`): no clustering runs."""
     comp = compile_graph(graph)
+    known = _known(comp)
+    if known is not None:
+        return [comp.devices[i] for i in known[0]]
     hosts, _, order = _dendrogram(comp)
     by_router: dict[int, list] = {}
     for i, r in enumerate(comp.router_of.tolist()):
@@ -101,6 +129,10 @@ def level_sizes(graph, order=None) -> tuple[int, ...]:
     hierarchy of that order: the aligned blocks of which the smallest distance levels
     of the clustering hold."""
     comp = compile_graph(graph)
+    known = _known(comp)
+    if known is not None:
+        sizes = list(known[1])
+        return tuple(sizes if order is None else _aligned_sizes(graph, comp, order, sizes))
     n_dev = len(comp.devices)
     counts = np.bincount(comp.router_of, minlength=len(comp.routers))
     hosts, z, leaf_order = _dendrogram(comp)

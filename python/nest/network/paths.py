@@ -1,0 +1,335 @@
+"""Shortest-path DAGs of router pairs with their ECMP shares, computed on demand and kept,
+and the link loads of a set of concurrent flows (:func:`routes_of`, used by
+:func:`nest.network.routing.route`).
+
+The DAG of a pair ``s -> t`` is the set of links ``u -> v`` with ``d(s, u) + cost +
+d(v, t) = d(s, t)``. It is found from ``t`` backwards: a link into a DAG router ``v`` is in
+the DAG exactly when ``d(s, u) + cost = d(s, v)`` (a shortest path to ``v`` continues to
+``t``), so only the distances from ``s`` (one Dijkstra row per source) and the links into
+the DAG's routers are read, never a row per destination or a pass over every router.
+Each DAG link carries ``sigma(s, u) tau(v) / sigma(s, t)`` of the pair's traffic under an
+even split over all min-cost paths (``sigma``: path counts from ``s``, ``tau``: to ``t``,
+both inside the DAG, as in Brandes' betweenness algorithm), times the twin multiplicities
+of its ends; the pair's latency is the longest of its shortest paths.
+
+With a generator's symmetry (:mod:`nest.network.symmetry`) only canonical pairs ``(s0,
+t')`` are routed: relabelings (rail-optimized clusters, hierarchies) move each canonical
+DAG onto the pairs that use it once and keep those; translations (tori, whose DAGs are
+large) translate the canonical DAG's links for every flow instead of keeping a DAG per
+pair.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.sparse.csgraph import dijkstra
+
+from .compiled import CompiledGraph
+from .symmetry import RouterSymmetry, TranslationGrid, router_symmetry
+
+_ENTRIES = 1 << 21
+"""DAG links (about) per batch of pairs routed at once (bounds the temporary arrays)."""
+
+_ROW_ELEMENTS = 1 << 22
+"""Distance-row elements per Dijkstra call."""
+
+
+class _Growing:
+    """An append-only numpy array (capacity doubling)."""
+
+    def __init__(self, dtype):
+        self.data = np.zeros(1024, dtype=dtype)
+        self.size = 0
+
+    def extend(self, values: np.ndarray) -> None:
+        need = self.size + len(values)
+        if need > len(self.data):
+            grown = np.zeros(max(need, 2 * len(self.data)), dtype=self.data.dtype)
+            grown[:self.size] = self.data[:self.size]
+            self.data = grown
+        self.data[self.size:need] = values
+        self.size = need
+
+    @property
+    def view(self) -> np.ndarray:
+        return self.data[:self.size]
+
+
+def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """The concatenated ranges ``starts[i] .. starts[i] + lens[i]``."""
+    offsets = np.cumsum(lens) - lens
+    return np.repeat(starts - offsets, lens) + np.arange(int(lens.sum()), dtype=np.int64)
+
+
+class DagStore:
+    """DAGs of router pairs keyed by ``s * nr + t``: per pair its links and their shares
+    (``ptr`` delimits a pair's entries) and its latency, appended as computed."""
+
+    def __init__(self):
+        self.keys = np.zeros(0, dtype=np.int64)  # sorted pair codes
+        self.key_ids = np.zeros(0, dtype=np.int64)
+        self.ptr = _Growing(np.int64)
+        self.ptr.extend(np.zeros(1, dtype=np.int64))
+        self.edge = _Growing(np.int32)
+        self.frac = _Growing(np.float64)
+        self.lat = _Growing(np.float64)
+
+    def find(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, found)`` of pair codes (ids meaningless where not found)."""
+        if not len(self.keys):
+            return np.zeros(len(codes), dtype=np.int64), np.zeros(len(codes), dtype=bool)
+        pos = np.minimum(np.searchsorted(self.keys, codes), len(self.keys) - 1)
+        return self.key_ids[pos], self.keys[pos] == codes
+
+    def append(self, codes: np.ndarray, counts: np.ndarray, edge: np.ndarray, frac: np.ndarray,
+               lat: np.ndarray) -> None:
+        """New pairs ``codes`` (distinct, not stored yet) with ``counts[i]`` entries each."""
+        first = self.lat.size
+        self.ptr.extend(self.ptr.view[-1] + np.cumsum(counts))
+        self.edge.extend(edge.astype(np.int32))
+        self.frac.extend(frac)
+        self.lat.extend(lat)
+        order = np.argsort(codes, kind="stable")
+        at = np.searchsorted(self.keys, codes[order])  # merge: no sort of the stored keys
+        self.keys = np.insert(self.keys, at, codes[order])
+        self.key_ids = np.insert(self.key_ids, at, np.arange(first, first + len(codes), dtype=np.int64)[order])
+
+    def gather(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(lens, links, fracs)``: the entries of pairs ``ids``, pair after pair."""
+        ptr = self.ptr.view
+        starts = ptr[ids]
+        lens = ptr[ids + 1] - starts
+        idx = _ranges(starts, lens)
+        return lens, self.edge.view[idx], self.frac.view[idx]
+
+
+class DistanceRows:
+    """Min-cost distances from source routers (rows computed on demand, kept in a buffer
+    that doubles when full). Routing costs are integers: float32 holds them exactly (up to
+    2**24) and halves the memory."""
+
+    def __init__(self, comp: CompiledGraph):
+        self.matrix = comp.cost_matrix
+        self.index: dict[int, int] = {}
+        self.buffer = np.zeros((16, comp.cost_matrix.shape[0]), dtype=np.float32)
+
+    @property
+    def dist(self) -> np.ndarray:
+        return self.buffer[:len(self.index)]
+
+    def rows(self, sources: np.ndarray) -> np.ndarray:
+        """Row of each source (computed if new)."""
+        new = [s for s in dict.fromkeys(sources.tolist()) if s not in self.index]
+        step = max(1, _ROW_ELEMENTS // self.buffer.shape[1])
+        for at in range(0, len(new), step):
+            part = new[at:at + step]
+            dist = np.atleast_2d(dijkstra(self.matrix, indices=np.array(part, dtype=np.int64)))
+            used = len(self.index)
+            if used + len(part) > len(self.buffer):
+                grown = np.zeros((max(used + len(part), 2 * len(self.buffer)), self.buffer.shape[1]),
+                                 dtype=np.float32)
+                grown[:used] = self.buffer[:used]
+                self.buffer = grown
+            self.buffer[used:used + len(part)] = dist
+            for s in part:
+                self.index[s] = len(self.index)
+        return np.array([self.index[s] for s in sources.tolist()], dtype=np.int64)
+
+
+def _dag_links(comp: CompiledGraph, dist: np.ndarray, row: np.ndarray, t: np.ndarray, in_ptr: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """``(pair, link)`` of every DAG link of the pairs ``row[i] -> t[i]`` (``row``: the
+    source's distance row), found backwards from ``t`` level by level (distance from the
+    source, descending), each router once per pair."""
+    nr = len(comp.routers)
+    eu, ecost = comp.eu, comp.ecost.astype(np.float32)
+    pending: dict[float, list] = {}
+
+    def push(p, v, level):
+        for value in np.unique(level).tolist():
+            if value > 0:  # the source (level 0) has no links into it on a shortest path
+                at = level == value
+                pending.setdefault(value, []).append((p[at], v[at]))
+
+    n = len(t)
+    push(np.arange(n, dtype=np.int64), t, dist[row, t])
+    found_p, found_link = [], []
+    while pending:
+        level = max(pending)
+        parts = pending.pop(level)
+        codes = np.unique(np.concatenate([p * nr + v for p, v in parts]))
+        p, v = codes // nr, codes % nr
+        lens = in_ptr[v + 1] - in_ptr[v]
+        link = _ranges(in_ptr[v], lens)
+        p = np.repeat(p, lens)
+        u = eu[link]
+        du = dist[row[p], u]
+        tight = du + ecost[link] == np.float32(level)
+        p, link, u, du = p[tight], link[tight], u[tight], du[tight]
+        found_p.append(p)
+        found_link.append(link)
+        push(p, u, du)
+    return np.concatenate(found_p), np.concatenate(found_link)
+
+
+def compute_dags(comp: CompiledGraph, rows: DistanceRows, s: np.ndarray, t: np.ndarray, in_ptr: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(counts, links, fracs, lats)`` of the router pairs ``s[i] -> t[i]`` (distinct,
+    ``s != t``): each pair's DAG links (ascending) and shares, pair after pair, and its
+    longest shortest-path latency."""
+    nr, n = len(comp.routers), len(s)
+    row = rows.rows(s)  # before reading .dist: it may grow
+    dist = rows.dist
+    p, link = _dag_links(comp, dist, row, t, in_ptr)
+    eu, ev = comp.eu, comp.ev
+    codes = np.unique(np.concatenate((p * nr + eu[link], p * nr + ev[link])))  # DAG routers: compact ids
+    tail = np.searchsorted(codes, p * nr + eu[link])
+    head = np.searchsorted(codes, p * nr + ev[link])
+    level = dist[row[p], eu[link]]
+    order = np.lexsort((link, level))
+    p, link, tail, head, level = p[order], link[order], tail[order], head[order], level[order]
+    cuts = np.flatnonzero(np.diff(level)) + 1
+    segments = list(zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(p)].tolist()))
+    m = len(codes)
+    pairs = np.arange(n, dtype=np.int64)
+    source = np.searchsorted(codes, pairs * nr + s)
+    sink = np.searchsorted(codes, pairs * nr + t)
+    sigma = np.zeros(m)  # shortest paths from s, inside the DAG
+    sigma[source] = 1.0
+    lat = np.full(m, -np.inf)  # longest latency of a shortest path from s
+    lat[source] = 0.0
+    elat = comp.elat[link]
+    # per member of a twin class: a head is reached from every member of its tail's class
+    m_tail, m_head = comp.mul_tail[link], comp.mul_head[link]
+    for a, z in segments:  # tails by distance from s: each is final when reached
+        sigma += np.bincount(head[a:z], weights=m_tail[a:z] * sigma[tail[a:z]], minlength=m)
+        np.maximum.at(lat, head[a:z], lat[tail[a:z]] + elat[a:z])
+    tau = np.zeros(m)  # shortest paths to t
+    tau[sink] = 1.0
+    for a, z in reversed(segments):  # heads of a segment are one level further
+        tau += np.bincount(tail[a:z], weights=m_head[a:z] * tau[head[a:z]], minlength=m)
+    # share of all the parallel links a router-level link stands for
+    frac = (m_tail * m_head) * sigma[tail] * tau[head] / sigma[sink[p]]
+    order = np.lexsort((link, p))
+    return np.bincount(p, minlength=n), link[order], frac[order], lat[sink]
+
+
+def _weights(fracs: np.ndarray, amount: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Bytes per DAG entry: its share of its flow's amount (``lens[i]`` entries of flow ``i``)."""
+    if len(amount) and amount.min() == amount.max():  # one amount for all (rings): no repeat
+        return fracs * amount[0]
+    return fracs * np.repeat(amount, lens)
+
+
+def _loads(links: np.ndarray, weight: np.ndarray, label: np.ndarray, lens: np.ndarray, nlabels: int,
+           n_links: int) -> np.ndarray:
+    """``[label, link]`` sums of ``weight`` (``label`` per flow, ``lens[i]`` entries of flow ``i``)."""
+    if nlabels == 1:
+        return np.bincount(links, weights=weight, minlength=n_links)[None, :]
+    key = np.repeat(label, lens) * n_links + links
+    return np.bincount(key, weights=weight, minlength=nlabels * n_links).reshape(nlabels, n_links)
+
+
+class Routes:
+    """Min-cost routing between routers, computed on demand and kept: a DAG per router pair
+    (:func:`compute_dags`), a set of concurrent flows loading every link with the sum of
+    its pairs' shares (a gather and a ``bincount`` over the DAGs the flows use)."""
+
+    def __init__(self, comp: CompiledGraph):
+        self.comp = comp
+        self.nr = len(comp.routers)
+        self.rows = DistanceRows(comp)
+        self.in_ptr = np.searchsorted(comp.ev, np.arange(self.nr + 1))  # links are sorted by head
+        self.store = DagStore()
+        self.batch = 1024  # pairs per DAG batch, adapted to the DAG sizes seen
+
+    @property
+    def pairs_routed(self) -> int:
+        """Router pairs whose DAG was computed."""
+        return len(self.store.keys)
+
+    def _ids(self, store: DagStore, s: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Ids in ``store`` of the pairs ``s -> t``, their DAGs computed if new."""
+        codes = s * self.nr + t
+        ids, found = store.find(codes)
+        if not found.all():
+            missing = np.unique(codes[~found])
+            at = 0
+            while at < len(missing):
+                part = missing[at:at + self.batch]
+                counts, links, fracs, lats = compute_dags(self.comp, self.rows, part // self.nr,
+                                                          part % self.nr, self.in_ptr)
+                store.append(part, counts, links, fracs, lats)
+                at += len(part)
+                self.batch = int(np.clip(_ENTRIES // max(1.0, len(links) / len(part)), 64, 1 << 16))
+            ids, found = store.find(codes)
+        return ids
+
+    def flows(self, s: np.ndarray, t: np.ndarray, amount: np.ndarray, label: np.ndarray, nlabels: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """``(load[label, link], latency per flow)`` of flows ``s -> t`` (router pairs,
+        ``s != t``) carrying ``amount`` each, loads summed per label."""
+        ids = self._ids(self.store, s, t)
+        lens, links, fracs = self.store.gather(ids)
+        load = _loads(links, _weights(fracs, amount, lens), label, lens, nlabels, len(self.comp.eu))
+        return load, self.store.lat.view[ids]
+
+
+class RelabeledRoutes(Routes):
+    """Routes on a graph whose symmetry relabels routers (transpositions): canonical DAGs
+    routed once, each pair's DAG its canonical DAG moved by ``g_s`` (kept per pair)."""
+
+    def __init__(self, comp: CompiledGraph, sym: RouterSymmetry):
+        super().__init__(comp)
+        self.sym = sym
+        self.canonical = DagStore()
+
+    @property
+    def pairs_routed(self) -> int:
+        return len(self.canonical.keys)
+
+    def flows(self, s, t, amount, label, nlabels):
+        store, nr = self.store, self.nr
+        codes = s * nr + t
+        _, found = store.find(codes)
+        if not found.all():
+            missing = np.unique(codes[~found])
+            ms, mt = missing // nr, missing % nr
+            s0, t0 = self.sym.canonical(ms, mt)
+            cids = self._ids(self.canonical, s0, t0)
+            lens, links, fracs = self.canonical.gather(cids)
+            moved = self.sym.map_links(np.repeat(self.sym.element(ms), lens, axis=0), links)
+            store.append(missing, lens, moved, fracs, self.canonical.lat.view[cids])
+        return super().flows(s, t, amount, label, nlabels)
+
+
+class TranslatedRoutes(Routes):
+    """Routes on a torus-like graph (translations): canonical DAGs routed once; a flow's
+    links are those of its canonical DAG translated by its source
+    (:class:`~nest.network.symmetry.TranslationGrid`), with the same shares."""
+
+    def __init__(self, comp: CompiledGraph, sym: RouterSymmetry, grid: TranslationGrid):
+        super().__init__(comp)
+        self.sym, self.grid = sym, grid
+
+    def flows(self, s, t, amount, label, nlabels):
+        s0, t0 = self.sym.canonical(s, t)
+        ids = self._ids(self.store, s0, t0)
+        lens, links, fracs = self.store.gather(ids)
+        links = self.grid.links(self.sym.element(s), links, lens)
+        return _loads(links, _weights(fracs, amount, lens), label, lens, nlabels, len(self.comp.eu)), \
+            self.store.lat.view[ids]
+
+
+def routes_of(comp: CompiledGraph) -> Routes:
+    """The routing store of ``comp`` (made on first use)."""
+    with comp.lock:
+        if comp.routes is None:
+            sym = router_symmetry(comp)
+            if sym is None:
+                comp.routes = Routes(comp)
+            elif sym.shift and TranslationGrid.fits(sym):
+                comp.routes = TranslatedRoutes(comp, sym, TranslationGrid(sym))
+            else:
+                comp.routes = RelabeledRoutes(comp, sym)
+        return comp.routes
