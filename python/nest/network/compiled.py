@@ -85,17 +85,34 @@ def _column(attrs: list, key: str, default: float | None):
     if base is None:
         return np.full(n, default if default is not None else np.nan), np.full(n, default is None)
     raw = [a[base] for a in attrs]
-    ok = np.fromiter((_number(x) for x in raw), dtype=bool, count=n)
-    values = np.array([x if o else np.nan for x, o in zip(raw, ok)], dtype=float)
+    if set(map(type, raw)) <= {int, float}:  # plain numbers (the usual case): no test per value
+        ok = np.ones(n, dtype=bool)
+        values = np.array(raw, dtype=float)
+    else:
+        ok = np.fromiter((_number(x) for x in raw), dtype=bool, count=n)
+        values = np.array([x if o else np.nan for x, o in zip(raw, ok)], dtype=float)
     with np.errstate(invalid="ignore", over="ignore"):
         bad = ~ok | ~np.isfinite(values)
         return values * scale, bad
 
 
+def _edges(graph) -> list:
+    """``graph.edges(data=True)`` as a list, read straight off the adjacency dicts (the same
+    order: an undirected link once, from the node that comes first)."""
+    adj = graph._adj
+    if graph.is_directed():
+        return [(u, v, d) for u, nbrs in adj.items() for v, d in nbrs.items()]
+    out, seen = [], set()
+    for u, nbrs in adj.items():
+        out.extend((u, v, d) for v, d in nbrs.items() if v not in seen)
+        seen.add(u)
+    return out
+
+
 def _links(graph, index: dict) -> tuple[np.ndarray, ...]:
     """Tail, head (node positions), capacity, latency and cost of every link in the
     graph's order; SpecError for the first bad one."""
-    edges = list(graph.edges(data=True))
+    edges = _edges(graph)
     n = len(edges)
     u = np.fromiter((index[a] for a, _, _ in edges), dtype=np.int64, count=n)
     v = np.fromiter((index[b] for _, b, _ in edges), dtype=np.int64, count=n)
@@ -103,7 +120,7 @@ def _links(graph, index: dict) -> tuple[np.ndarray, ...]:
     bad = u == v
     groups: dict[tuple, list[int]] = {}
     for i, (_, _, attrs) in enumerate(edges):
-        groups.setdefault(tuple(sorted(attrs)), []).append(i)
+        groups.setdefault(tuple(attrs), []).append(i)
     for keys, members in groups.items():
         at = np.array(members, dtype=np.int64)
         attrs = [edges[i][2] for i in members]
@@ -113,8 +130,11 @@ def _links(graph, index: dict) -> tuple[np.ndarray, ...]:
         c, c_bad = _column(attrs, "bandwidth", None)
         t, t_bad = _column(attrs, "latency", 0.0)
         raw = [a.get("cost", 1) for a in attrs]
-        k_ok = np.fromiter((isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in raw),
-                           dtype=bool, count=len(raw))
+        if set(map(type, raw)) == {int} and -(1 << 62) < min(raw) and max(raw) < 1 << 62:
+            k_ok = np.array(raw, dtype=np.int64) > 0
+        else:
+            k_ok = np.fromiter((isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in raw),
+                               dtype=bool, count=len(raw))
         with np.errstate(invalid="ignore"):
             bad[at] |= c_bad | ~(c > 0) | t_bad | ~(t >= 0) | ~k_ok
         cap[at], lat[at] = c, t
@@ -213,11 +233,12 @@ def compile_graph(graph) -> CompiledGraph:
     dev = np.array([index[d] for d in devices], dtype=np.int64)
     is_dev = np.zeros(n, dtype=bool)
     is_dev[dev] = True
-    pairs = np.unique(np.stack((np.minimum(u, v), np.maximum(u, v)), axis=1), axis=0)
-    degree = np.bincount(pairs.ravel(), minlength=n)
+    pairs = np.unique(np.minimum(u, v) * n + np.maximum(u, v))  # undirected neighbours
+    low, high = pairs // n, pairs % n
+    degree = np.bincount(low, minlength=n) + np.bincount(high, minlength=n)
     other = np.zeros(n, dtype=np.int64)
-    other[pairs[:, 0]] = pairs[:, 1]
-    other[pairs[:, 1]] = pairs[:, 0]
+    other[low] = high
+    other[high] = low
     arc = {code: i for i, code in enumerate((u * n + v).tolist())}
     folded = np.zeros(n, dtype=bool)
     up = np.full(len(devices), -1)

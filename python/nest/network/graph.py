@@ -27,31 +27,38 @@ _MEBIBYTE = float(MiB)
 
 
 def _host_distances(comp: CompiledGraph) -> tuple[np.ndarray, np.ndarray]:
-    """The routers that host devices (ascending) and their pairwise distances in seconds
-    to move one MiB along the fastest path (link weight ``latency + 2**20 / bandwidth``;
-    symmetrised on directed graphs), a proxy for how well two devices are connected
-    that sees bandwidth, unlike the routing cost. With a generator's symmetry, one
-    Dijkstra search per orbit of hosts: ``d(h, x) = d(h0, g_h^-1(x))`` (an automorphism
-    keeps every path's links and their order, hence the float sums)."""
+    """The routers that host devices (ascending) and their pairwise distances (condensed:
+    the upper triangle row by row, as :func:`scipy.spatial.distance.squareform` gives it)
+    in seconds to move one MiB along the fastest path (link weight ``latency + 2**20 /
+    bandwidth``; the larger of the two directions), a proxy for how well two devices are
+    connected that sees bandwidth, unlike the routing cost. With a generator's symmetry,
+    one Dijkstra search per orbit of hosts: ``d(h, x) = d(h0, g_h^-1(x))`` (an
+    automorphism keeps every path's links and their order, hence the float sums), the
+    condensed form filled a block of rows at a time (no square matrix)."""
     hosts = np.unique(comp.router_of)
     weight = comp.elat + _MEBIBYTE / comp.link_cap
-    nr = len(comp.routers)
+    nr, n = len(comp.routers), len(hosts)
     matrix = sp.csr_matrix((weight, (comp.eu, comp.ev)), shape=(nr, nr))
     sym = router_symmetry(comp)
     if sym is None:
+        from scipy.spatial.distance import squareform
+
         dist = np.atleast_2d(dijkstra(matrix, indices=hosts))[:, hosts]
-    else:
-        canonical = sym.canonical_of[hosts]
-        seeds, which = np.unique(canonical, return_inverse=True)
-        rows = np.atleast_2d(dijkstra(matrix, indices=seeds))
-        dist = np.empty((len(hosts), len(hosts)))
-        step = max(1, (1 << 22) // len(hosts))
-        for at in range(0, len(hosts), step):
-            h = hosts[at:at + step]
-            dist[at:at + step] = rows[which.ravel()[at:at + step, None], sym.relative(h, hosts)]
-    dist = np.maximum(dist, dist.T)
-    np.fill_diagonal(dist, 0.0)
-    return hosts, dist
+        return hosts, squareform(np.maximum(dist, dist.T), checks=False) if n > 1 else np.zeros(0)
+    seeds, which = np.unique(sym.canonical_of[hosts], return_inverse=True)
+    rows = np.atleast_2d(dijkstra(matrix, indices=seeds))
+    which = which.ravel()
+    condensed = np.empty(n * (n - 1) // 2)
+    step = max(1, (1 << 21) // n)
+    for a in range(0, n, step):
+        h = hosts[a:a + step]
+        forward = rows[which[a:a + step, None], sym.relative(h, hosts)]  # d(h_i, x_j)
+        backward = rows[which[None, :], sym.relative(hosts, h).T]  # d(x_j, h_i)
+        block = np.maximum(forward, backward)
+        for i in range(a, a + len(h)):
+            start = n * i - i * (i + 1) // 2
+            condensed[start:start + n - i - 1] = block[i - a, i + 1:]
+    return hosts, condensed
 
 
 def _dendrogram(comp: CompiledGraph):
@@ -61,7 +68,6 @@ def _dendrogram(comp: CompiledGraph):
     if "dendrogram" in comp.cache:
         return comp.cache["dendrogram"]
     from scipy.cluster.hierarchy import linkage
-    from scipy.spatial.distance import squareform
 
     hosts, dist = _host_distances(comp)
     n = len(hosts)
@@ -70,7 +76,7 @@ def _dendrogram(comp: CompiledGraph):
     if n == 1:
         out = (hosts, None, np.zeros(1, dtype=np.int64))
     else:
-        z = linkage(squareform(dist, checks=False), method="complete")
+        z = linkage(dist, method="complete")
         smallest = np.concatenate((first[hosts], np.zeros(n - 1, dtype=np.int64)))
         children = z[:, :2].astype(np.int64)
         for i, (a, b) in enumerate(children):

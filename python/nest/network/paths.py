@@ -109,9 +109,12 @@ class DistanceRows:
     2**24) and halves the memory."""
 
     def __init__(self, comp: CompiledGraph):
+        self.comp = comp
         self.matrix = comp.cost_matrix
         self.index: dict[int, int] = {}
         self.buffer = np.zeros((16, comp.cost_matrix.shape[0]), dtype=np.float32)
+        self._tight: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._tight_size = 0
 
     @property
     def dist(self) -> np.ndarray:
@@ -135,12 +138,38 @@ class DistanceRows:
                 self.index[s] = len(self.index)
         return np.array([self.index[s] for s in sources.tolist()], dtype=np.int64)
 
+    def tight(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The links on a shortest path from each row's source (``d(u) + cost = d(v)``),
+        by head: ``(ptr[len(rows), nr + 1], links)``, row ``i``'s links into ``v`` being
+        ``links[ptr[i, v]:ptr[i, v + 1]]`` (kept per row, within a memory bound)."""
+        comp = self.comp
+        new = [r for r in rows.tolist() if r not in self._tight]
+        if self._tight_size + len(new) * len(comp.eu) > _ROW_ELEMENTS * 4:
+            self._tight, self._tight_size = {}, 0
+            new = rows.tolist()
+        step = max(1, _ROW_ELEMENTS // max(1, len(comp.eu)))
+        ecost = comp.ecost.astype(np.float32)
+        heads = np.arange(len(self.buffer[0]) + 1)
+        for at in range(0, len(new), step):
+            part = np.array(new[at:at + step], dtype=np.int64)
+            tail = self.buffer[part][:, comp.eu]
+            on = (tail + ecost == self.buffer[part][:, comp.ev]) & np.isfinite(tail)
+            for r, mask in zip(part.tolist(), on):
+                links = np.flatnonzero(mask)  # ascending: links are sorted by head
+                self._tight[r] = (np.searchsorted(comp.ev[links], heads), links)
+                self._tight_size += len(comp.eu)
+        parts = [self._tight[r] for r in rows.tolist()]
+        offsets = np.cumsum([0] + [len(links) for _, links in parts[:-1]])
+        ptr = np.stack([p + o for (p, _), o in zip(parts, offsets.tolist())])
+        return ptr, np.concatenate([links for _, links in parts])
 
-def _dag_links(comp: CompiledGraph, dist: np.ndarray, row: np.ndarray, t: np.ndarray, in_ptr: np.ndarray
+
+def _dag_links(comp: CompiledGraph, dist: np.ndarray, row: np.ndarray, t: np.ndarray, into
                ) -> tuple[np.ndarray, np.ndarray]:
     """``(pair, link)`` of every DAG link of the pairs ``row[i] -> t[i]`` (``row``: the
     source's distance row), found backwards from ``t`` level by level (distance from the
-    source, descending), each router once per pair."""
+    source, descending), each router once per pair; ``into(p, v)``: the ranges of links
+    into router ``v`` to try for pair ``p`` (all of them, or only the tight ones)."""
     nr = len(comp.routers)
     eu, ecost = comp.eu, comp.ecost.astype(np.float32)
     pending: dict[float, list] = {}
@@ -159,8 +188,9 @@ def _dag_links(comp: CompiledGraph, dist: np.ndarray, row: np.ndarray, t: np.nda
         parts = pending.pop(level)
         codes = np.unique(np.concatenate([p * nr + v for p, v in parts]))
         p, v = codes // nr, codes % nr
-        lens = in_ptr[v + 1] - in_ptr[v]
-        link = _ranges(in_ptr[v], lens)
+        starts, stops, links = into(p, v)
+        lens = stops - starts
+        link = links[_ranges(starts, lens)]
         p = np.repeat(p, lens)
         u = eu[link]
         du = dist[row[p], u]
@@ -180,7 +210,17 @@ def compute_dags(comp: CompiledGraph, rows: DistanceRows, s: np.ndarray, t: np.n
     nr, n = len(comp.routers), len(s)
     row = rows.rows(s)  # before reading .dist: it may grow
     dist = rows.dist
-    p, link = _dag_links(comp, dist, row, t, in_ptr)
+    sources, slot = np.unique(row, return_inverse=True)
+    if n >= 8 * len(sources) and len(sources) * len(comp.eu) <= _ROW_ELEMENTS:
+        # many pairs per source: its tight links, found once, spare scanning every link
+        # into a busy switch for every pair
+        ptr, tight = rows.tight(sources)
+        slot = slot.ravel()
+        into = lambda p, v: (ptr[slot[p], v], ptr[slot[p], v + 1], tight)  # noqa: E731
+    else:
+        every = np.arange(len(comp.eu))
+        into = lambda p, v: (in_ptr[v], in_ptr[v + 1], every)  # noqa: E731
+    p, link = _dag_links(comp, dist, row, t, into)
     eu, ev = comp.eu, comp.ev
     codes = np.unique(np.concatenate((p * nr + eu[link], p * nr + ev[link])))  # DAG routers: compact ids
     tail = np.searchsorted(codes, p * nr + eu[link])

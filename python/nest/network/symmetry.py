@@ -42,6 +42,7 @@ class RouterSymmetry:
         if span <= 1 << 24:
             self.table = np.full(span, -1, dtype=np.int64)
             self.table[keys[live]] = np.flatnonzero(live)
+        self._tables: dict[tuple[int, int], np.ndarray] = {}
         self.link_codes = comp.ev * nr + comp.eu  # ascending: links are sorted by (head, tail)
         self.comp = comp
         zero = np.where(self.coords >= 0, 0, -1)
@@ -67,16 +68,32 @@ class RouterSymmetry:
         """``g_s`` per source: its coordinates (0 on axes it lacks: identity there)."""
         return np.maximum(self.coords[s], 0)
 
+    _TABLE = 4096  # axes up to this many values move by table lookup
+
+    def _axis_key(self, axis: int, sign: int, g, c):
+        """Axis ``axis``'s part of the key of ``g^sign`` applied to coordinate ``c`` (``g``
+        and ``c`` broadcast): ``(moved + 1) * radix``, 0 where the router lacks the axis."""
+        size = int(self.sizes[axis])
+        if size <= self._TABLE:
+            table = self._tables.get((axis, sign))
+            if table is None:
+                table = self._tables[(axis, sign)] = self._axis_key_direct(
+                    axis, sign, np.arange(size)[:, None], np.arange(-1, size)[None, :])
+            return table[g, c + 1]
+        return self._axis_key_direct(axis, sign, g, c)
+
+    def _axis_key_direct(self, axis: int, sign: int, g, c):
+        size = int(self.sizes[axis])
+        if self.shift:
+            moved = (c + sign * g) % size
+        else:
+            moved = np.where(c == 0, g, np.where(c == g, 0, c))
+        return (np.where(c >= 0, moved, -1) + 1) * self.radix[1 + axis]
+
     def _move(self, g: np.ndarray, u: np.ndarray, sign: int) -> np.ndarray:
         key = self.kind[u] * self.radix[0]
-        for axis, size in enumerate(self.sizes.tolist()):
-            c, ga = self.coords[u, axis], g[:, axis]
-            if self.shift:
-                moved = c + sign * ga
-                moved = np.where(moved < 0, moved + size, np.where(moved >= size, moved - size, moved))
-            else:
-                moved = np.where(c == 0, ga, np.where(c == ga, 0, c))
-            key = key + (np.where(c >= 0, moved, -1) + 1) * self.radix[1 + axis]
+        for axis in range(len(self.sizes)):
+            key = key + self._axis_key(axis, sign, g[:, axis], self.coords[u, axis])
         return self._lookup(key)
 
     def apply(self, g: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -90,17 +107,10 @@ class RouterSymmetry:
     def relative(self, h: np.ndarray, x: np.ndarray) -> np.ndarray:
         """``[i, j]``: router ``g_h[i]^-1(x[j])`` (broadcast: a distance row of ``h[i]``'s
         canonical router read at these routers is ``h[i]``'s row at ``x``)."""
-        dtype = np.int32 if self.table is not None else np.int64
-        key = (self.kind[x] * self.radix[0]).astype(dtype)[None, :]
-        for axis, size in enumerate(self.sizes.tolist()):
-            c = self.coords[x, axis].astype(dtype)[None, :]
-            ga = np.maximum(self.coords[h, axis], 0).astype(dtype)[:, None]
-            if self.shift:
-                moved = c - ga
-                moved += size * (moved < 0)
-            else:
-                moved = np.where(c == 0, ga, np.where(c == ga, 0, c))
-            key = key + (np.where(c >= 0, moved, -1) + 1) * dtype(self.radix[1 + axis])
+        key = (self.kind[x] * self.radix[0])[None, :]
+        for axis in range(len(self.sizes)):
+            g = np.maximum(self.coords[h, axis], 0)[:, None]
+            key = key + self._axis_key(axis, -1, g, self.coords[x, axis][None, :])
         return self._lookup(key)
 
     def canonical(self, s: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
