@@ -94,12 +94,16 @@ class DagStore:
         self.keys = np.insert(self.keys, at, codes[order])
         self.key_ids = np.insert(self.key_ids, at, np.arange(first, first + len(codes), dtype=np.int64)[order])
 
-    def gather(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(lens, links, fracs)``: the entries of pairs ``ids``, pair after pair."""
+    def entries(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(lens, index)``: positions of the entries of pairs ``ids``, pair after pair."""
         ptr = self.ptr.view
         starts = ptr[ids]
         lens = ptr[ids + 1] - starts
-        idx = _ranges(starts, lens)
+        return lens, _ranges(starts, lens)
+
+    def gather(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(lens, links, fracs)``: the entries of pairs ``ids``, pair after pair."""
+        lens, idx = self.entries(ids)
         return lens, self.edge.view[idx], self.frac.view[idx]
 
 
@@ -261,13 +265,26 @@ def _weights(fracs: np.ndarray, amount: np.ndarray, lens: np.ndarray) -> np.ndar
     return fracs * np.repeat(amount, lens)
 
 
-def _loads(links: np.ndarray, weight: np.ndarray, label: np.ndarray, lens: np.ndarray, nlabels: int,
-           n_links: int) -> np.ndarray:
-    """``[label, link]`` sums of ``weight`` (``label`` per flow, ``lens[i]`` entries of flow ``i``)."""
-    if nlabels == 1:
-        return np.bincount(links, weights=weight, minlength=n_links)[None, :]
-    key = np.repeat(label, lens) * n_links + links
-    return np.bincount(key, weights=weight, minlength=nlabels * n_links).reshape(nlabels, n_links)
+def _ratios(links: np.ndarray, weight: np.ndarray, label: np.ndarray, lens: np.ndarray, nlabels: int,
+            capacity: np.ndarray) -> np.ndarray:
+    """Per label, the largest ``load / capacity`` over links, loads the sums of ``weight``
+    per link (``label`` per flow, ``lens[i]`` entries of flow ``i``). One label: a dense sum
+    over the links; several (pipeline boundaries, each a few flows): over the (label, link)
+    pairs used only."""
+    n_links = len(capacity)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if nlabels == 1:
+            load = np.bincount(links, weights=weight, minlength=n_links)
+            return np.array([(load / capacity).max()]) if len(load) else np.zeros(1)
+        key = np.repeat(label, lens) * n_links + links
+        if nlabels * n_links <= max(4 * len(links), 1 << 16):  # dense is cheaper than sorting
+            load = np.bincount(key, weights=weight, minlength=nlabels * n_links).reshape(nlabels, n_links)
+            return (load / capacity).max(axis=1)
+        used, which = np.unique(key, return_inverse=True)
+        load = np.bincount(which.ravel(), weights=weight, minlength=len(used))
+        ratio = np.zeros(nlabels)
+        np.maximum.at(ratio, used // len(capacity), load / capacity[used % len(capacity)])
+        return ratio
 
 
 class Routes:
@@ -307,12 +324,13 @@ class Routes:
 
     def flows(self, s: np.ndarray, t: np.ndarray, amount: np.ndarray, label: np.ndarray, nlabels: int
               ) -> tuple[np.ndarray, np.ndarray]:
-        """``(load[label, link], latency per flow)`` of flows ``s -> t`` (router pairs,
-        ``s != t``) carrying ``amount`` each, loads summed per label."""
+        """``(ratio[label], latency per flow)`` of flows ``s -> t`` (router pairs, ``s !=
+        t``) carrying ``amount`` each: per label, the largest load over capacity of a link
+        (loads summed over the label's flows)."""
         ids = self._ids(self.store, s, t)
         lens, links, fracs = self.store.gather(ids)
-        load = _loads(links, _weights(fracs, amount, lens), label, lens, nlabels, len(self.comp.eu))
-        return load, self.store.lat.view[ids]
+        ratio = _ratios(links, _weights(fracs, amount, lens), label, lens, nlabels, self.comp.ecap)
+        return ratio, self.store.lat.view[ids]
 
 
 class RelabeledRoutes(Routes):
@@ -351,13 +369,16 @@ class TranslatedRoutes(Routes):
     def __init__(self, comp: CompiledGraph, sym: RouterSymmetry, grid: TranslationGrid):
         super().__init__(comp)
         self.sym, self.grid = sym, grid
+        self.cells = _Growing(np.int64)  # per stored entry: its link's grid cell
 
     def flows(self, s, t, amount, label, nlabels):
         s0, t0 = self.sym.canonical(s, t)
         ids = self._ids(self.store, s0, t0)
-        lens, links, fracs = self.store.gather(ids)
-        links = self.grid.links(self.sym.element(s), links, lens)
-        return _loads(links, _weights(fracs, amount, lens), label, lens, nlabels, len(self.comp.eu)), \
+        self.cells.extend(self.grid.link_cell[self.store.edge.view[self.cells.size:]])
+        lens, idx = self.store.entries(ids)
+        links = self.grid.moved(self.cells.view[idx], self.sym.element(s), lens)
+        fracs = self.store.frac.view[idx]
+        return _ratios(links, _weights(fracs, amount, lens), label, lens, nlabels, self.comp.ecap), \
             self.store.lat.view[ids]
 
 

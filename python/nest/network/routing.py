@@ -83,9 +83,8 @@ def route(comp: CompiledGraph, src: np.ndarray, dst: np.ndarray, amount: np.ndar
         amounts = np.bincount(inverse, weights=amount[cross])
         pair_label, pair = unique // (nr * nr), unique % (nr * nr)
         with comp.lock:  # the store may grow (and move) while another thread reads it
-            load, pair_lat = routes_of(comp).flows(pair // nr, pair % nr, amounts, pair_label, nlabels)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.maximum(ratio, (load / comp.ecap).max(axis=1))
+            link_ratio, pair_lat = routes_of(comp).flows(pair // nr, pair % nr, amounts, pair_label, nlabels)
+        ratio = np.maximum(ratio, link_ratio)
         flow_lat = access_lat.copy()
         flow_lat[cross] += pair_lat[inverse.ravel()]
     np.maximum.at(latency, label, flow_lat)

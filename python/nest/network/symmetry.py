@@ -194,10 +194,31 @@ class TranslationGrid:
             shift = ((np.array(alias) * n) * self.stride).sum() * self.ports
             self.cell_link[self.link_cell + shift] = np.arange(len(comp.eu))
 
-    def links(self, g: np.ndarray, links: np.ndarray, lens: np.ndarray) -> np.ndarray:
-        """Canonical DAG links translated by ``g`` (one row per flow, ``lens[i]`` links of
-        flow ``i``, flow after flow)."""
+    def moved(self, cells: np.ndarray, g: np.ndarray, lens: np.ndarray) -> np.ndarray:
+        """Links of canonical DAG cells (:attr:`link_cell`) translated by ``g`` (one row per
+        flow, ``lens[i]`` cells of flow ``i``, flow after flow)."""
         offset = np.zeros(len(g), dtype=np.int64)
         for axis in range(g.shape[1]):  # column by column: a sum over a short last axis is slow
             offset += g[:, axis] * self.stride[axis]
-        return self.cell_link[self.link_cell[links] + np.repeat(offset * self.ports, lens)]
+        cells = cells + np.repeat(offset * self.ports, lens)
+        return self.cell_link[cells]
+
+
+def circulant(sym: RouterSymmetry, row: np.ndarray):
+    """For a translation group whose routers are its grid in row-major order (tori): a
+    function ``i -> (d(i, x), d(x, i))`` over all routers ``x`` given router 0's distance
+    ``row``, each a slice of a doubled grid (``d(i, x) = row[x - i]``, ``d(x, i) = row[i -
+    x]``, coordinates modulo the sizes); None for any other symmetry."""
+    nr = len(sym.kind)
+    n = sym.sizes
+    grid = np.stack(np.unravel_index(np.arange(nr), tuple(n.tolist())), axis=1) if nr == int(np.prod(n)) else None
+    if not sym.shift or grid is None or not np.array_equal(grid, sym.coords) or len(np.unique(sym.kind)) > 1:
+        return None
+    forward = np.tile(row.reshape(tuple(n.tolist())), (2,) * len(n))
+    flipped = row.reshape(tuple(n.tolist()))[tuple(np.ix_(*[(-np.arange(k)) % k for k in n.tolist()]))]
+    backward = np.tile(flipped, (2,) * len(n))
+
+    def rows(i: int) -> tuple[np.ndarray, np.ndarray]:
+        cut = tuple(slice(k - c, 2 * k - c) for k, c in zip(n.tolist(), grid[i].tolist()))
+        return forward[cut].ravel(), backward[cut].ravel()
+    return rows
