@@ -67,8 +67,14 @@ def route(comp: CompiledGraph, src: np.ndarray, dst: np.ndarray, amount: np.ndar
     n_dev = len(comp.devices)
     for ends, cap in ((src, comp.up_cap), (dst, comp.down_cap)):
         on = comp.leaf[ends]
-        if on.any():  # access links of the (label, device) pairs used: the others carry nothing
-            used, which = np.unique(label[on] * n_dev + ends[on], return_inverse=True)
+        if not on.any():
+            continue
+        key = label[on] * n_dev + ends[on]
+        if nlabels * n_dev <= max(4 * len(key), 1 << 16):  # a dense table is cheaper than sorting
+            use = np.bincount(key, weights=amount[on], minlength=nlabels * n_dev).reshape(nlabels, n_dev)
+            ratio = np.maximum(ratio, (use / cap).max(axis=1))
+        else:  # access links of the (label, device) pairs used: the others carry nothing
+            used, which = np.unique(key, return_inverse=True)
             use = np.bincount(which.ravel(), weights=amount[on])
             np.maximum.at(ratio, used // n_dev, use / cap[used % n_dev])
     access_lat = (np.where(comp.leaf[src], comp.up_lat[src], 0.0)
