@@ -13,10 +13,10 @@ both inside the DAG, as in Brandes' betweenness algorithm), times the twin multi
 of its ends; the pair's latency is the longest of its shortest paths.
 
 With a generator's symmetry (:mod:`nest.network.symmetry`) only canonical pairs ``(s0,
-t')`` are routed: relabelings (rail-optimized clusters, hierarchies) move each canonical
-DAG onto the pairs that use it once and keep those; translations (tori, whose DAGs are
-large) translate the canonical DAG's links for every flow instead of keeping a DAG per
-pair.
+t')`` are routed and kept; a flow's links are its canonical DAG's moved by the
+automorphism of its source (relabelings: rail-optimized clusters, hierarchies;
+translations: tori, through an unwrapped grid), its shares and latency the canonical
+ones.
 """
 
 from __future__ import annotations
@@ -63,36 +63,51 @@ def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
 
 class DagStore:
     """DAGs of router pairs keyed by ``s * nr + t``: per pair its links and their shares
-    (``ptr`` delimits a pair's entries) and its latency, appended as computed."""
+    (``ptr`` delimits a pair's entries) and its latency, appended as computed. The keys are
+    kept in sorted runs, each at most half as long as the one before (merged like the
+    digits of a binary counter): appending costs ``O(log n)`` per key, not a copy of every
+    key stored, and a lookup searches ``O(log n)`` runs."""
 
     def __init__(self):
-        self.keys = np.zeros(0, dtype=np.int64)  # sorted pair codes
-        self.key_ids = np.zeros(0, dtype=np.int64)
+        self.runs: list[tuple[np.ndarray, np.ndarray]] = []  # (sorted pair codes, their ids)
         self.ptr = _Growing(np.int64)
         self.ptr.extend(np.zeros(1, dtype=np.int64))
         self.edge = _Growing(np.int32)
         self.frac = _Growing(np.float64)
         self.lat = _Growing(np.float64)
 
+    @property
+    def size(self) -> int:
+        """Pairs stored (the next pair's id)."""
+        return self.lat.size
+
     def find(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, found)`` of pair codes (ids meaningless where not found)."""
-        if not len(self.keys):
-            return np.zeros(len(codes), dtype=np.int64), np.zeros(len(codes), dtype=bool)
-        pos = np.minimum(np.searchsorted(self.keys, codes), len(self.keys) - 1)
-        return self.key_ids[pos], self.keys[pos] == codes
+        ids = np.zeros(len(codes), dtype=np.int64)
+        found = np.zeros(len(codes), dtype=bool)
+        for keys, key_ids in self.runs:
+            pos = np.minimum(np.searchsorted(keys, codes), len(keys) - 1)
+            hit = keys[pos] == codes
+            ids[hit] = key_ids[pos[hit]]
+            found |= hit
+        return ids, found
 
     def append(self, codes: np.ndarray, counts: np.ndarray, edge: np.ndarray, frac: np.ndarray,
                lat: np.ndarray) -> None:
-        """New pairs ``codes`` (distinct, not stored yet) with ``counts[i]`` entries each."""
-        first = self.lat.size
+        """New pairs ``codes`` (distinct, not stored yet) with ``counts[i]`` entries each; they
+        get the ids ``size, size + 1, ...`` in order."""
+        first = self.size
         self.ptr.extend(self.ptr.view[-1] + np.cumsum(counts))
         self.edge.extend(edge.astype(np.int32))
         self.frac.extend(frac)
         self.lat.extend(lat)
         order = np.argsort(codes, kind="stable")
-        at = np.searchsorted(self.keys, codes[order])  # merge: no sort of the stored keys
-        self.keys = np.insert(self.keys, at, codes[order])
-        self.key_ids = np.insert(self.key_ids, at, np.arange(first, first + len(codes), dtype=np.int64)[order])
+        self.runs.append((codes[order], np.arange(first, first + len(codes), dtype=np.int64)[order]))
+        while len(self.runs) > 1 and 2 * len(self.runs[-1][0]) >= len(self.runs[-2][0]):
+            (k2, i2), (k1, i1) = self.runs.pop(), self.runs.pop()
+            keys, ids = np.concatenate((k1, k2)), np.concatenate((i1, i2))
+            order = np.argsort(keys, kind="stable")
+            self.runs.append((keys[order], ids[order]))
 
     def entries(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(lens, index)``: positions of the entries of pairs ``ids``, pair after pair."""
@@ -303,15 +318,15 @@ class Routes:
     @property
     def pairs_routed(self) -> int:
         """Router pairs whose DAG was computed."""
-        return len(self.store.keys)
+        return self.store.size
 
     def _ids(self, store: DagStore, s: np.ndarray, t: np.ndarray) -> np.ndarray:
         """Ids in ``store`` of the pairs ``s -> t``, their DAGs computed if new."""
         codes = s * self.nr + t
         ids, found = store.find(codes)
         if not found.all():
-            missing = np.unique(codes[~found])
-            at = 0
+            missing, where = np.unique(codes[~found], return_inverse=True)
+            first, at = store.size, 0
             while at < len(missing):
                 part = missing[at:at + self.batch]
                 counts, links, fracs, lats = compute_dags(self.comp, self.rows, part // self.nr,
@@ -319,46 +334,39 @@ class Routes:
                 store.append(part, counts, links, fracs, lats)
                 at += len(part)
                 self.batch = int(np.clip(_ENTRIES // max(1.0, len(links) / len(part)), 64, 1 << 16))
-            ids, found = store.find(codes)
+            ids[~found] = first + where.ravel()
         return ids
+
+    def _price(self, store: DagStore, ids: np.ndarray, amount, label, nlabels) -> tuple[np.ndarray, np.ndarray]:
+        lens, links, fracs = store.gather(ids)
+        ratio = _ratios(links, _weights(fracs, amount, lens), label, lens, nlabels, self.comp.ecap)
+        return ratio, store.lat.view[ids]
 
     def flows(self, s: np.ndarray, t: np.ndarray, amount: np.ndarray, label: np.ndarray, nlabels: int
               ) -> tuple[np.ndarray, np.ndarray]:
         """``(ratio[label], latency per flow)`` of flows ``s -> t`` (router pairs, ``s !=
         t``) carrying ``amount`` each: per label, the largest load over capacity of a link
         (loads summed over the label's flows)."""
-        ids = self._ids(self.store, s, t)
-        lens, links, fracs = self.store.gather(ids)
-        ratio = _ratios(links, _weights(fracs, amount, lens), label, lens, nlabels, self.comp.ecap)
-        return ratio, self.store.lat.view[ids]
+        return self._price(self.store, self._ids(self.store, s, t), amount, label, nlabels)
 
 
 class RelabeledRoutes(Routes):
     """Routes on a graph whose symmetry relabels routers (transpositions): canonical DAGs
-    routed once, each pair's DAG its canonical DAG moved by ``g_s`` (kept per pair)."""
+    routed once; a flow's links are its canonical DAG's moved by ``g_s`` (a few table
+    lookups per link: cheaper than finding the pair among millions kept, and no memory
+    per pair), with the same shares."""
 
     def __init__(self, comp: CompiledGraph, sym: RouterSymmetry):
         super().__init__(comp)
         self.sym = sym
-        self.canonical = DagStore()
-
-    @property
-    def pairs_routed(self) -> int:
-        return len(self.canonical.keys)
 
     def flows(self, s, t, amount, label, nlabels):
-        store, nr = self.store, self.nr
-        codes = s * nr + t
-        _, found = store.find(codes)
-        if not found.all():
-            missing = np.unique(codes[~found])
-            ms, mt = missing // nr, missing % nr
-            s0, t0 = self.sym.canonical(ms, mt)
-            cids = self._ids(self.canonical, s0, t0)
-            lens, links, fracs = self.canonical.gather(cids)
-            moved = self.sym.map_links(np.repeat(self.sym.element(ms), lens, axis=0), links)
-            store.append(missing, lens, moved, fracs, self.canonical.lat.view[cids])
-        return super().flows(s, t, amount, label, nlabels)
+        s0, t0 = self.sym.canonical(s, t)
+        ids = self._ids(self.store, s0, t0)
+        lens, links, fracs = self.store.gather(ids)
+        links = self.sym.map_links(np.repeat(self.sym.element(s), lens, axis=0), links)
+        return _ratios(links, _weights(fracs, amount, lens), label, lens, nlabels, self.comp.ecap), \
+            self.store.lat.view[ids]
 
 
 class TranslatedRoutes(Routes):

@@ -45,6 +45,7 @@ class RouterSymmetry:
         self._tables: dict[tuple[int, int], np.ndarray] = {}
         self.link_codes = comp.ev * nr + comp.eu  # ascending: links are sorted by (head, tail)
         self.comp = comp
+        self.link_table = self._link_keys()
         zero = np.where(self.coords >= 0, 0, -1)
         self.canonical_of = self._decode(self.kind, zero)
 
@@ -117,8 +118,37 @@ class RouterSymmetry:
         """``(s0, g_s^-1(t))``: the canonical pair whose DAG ``g_s`` maps to that of ``s -> t``."""
         return self.canonical_of[s], self.invert(self.element(s), t)
 
+    def _link_keys(self):
+        """A link's key: the kinds of its ends and, per axis, the coordinate of whichever end
+        has it, when its ends agree on every axis both have (rails, hierarchies: a link
+        joins a device to a switch of its own group) and keys name one link each; the
+        table from key to link then moves a link in one lookup. None otherwise (tori)."""
+        comp = self.comp
+        tail, head = self.coords[comp.eu], self.coords[comp.ev]
+        if ((tail >= 0) & (head >= 0) & (tail != head)).any():
+            return None
+        kinds = int(self.kind.max()) + 1
+        self.link_kind = self.kind[comp.eu] * kinds + self.kind[comp.ev]
+        self.link_coords = np.where(tail >= 0, tail, head)
+        span = int(self.radix[0]) * kinds * kinds
+        if span > 1 << 24:
+            return None
+        keys = self.link_kind * self.radix[0]
+        for axis in range(len(self.sizes)):
+            keys = keys + (self.link_coords[:, axis] + 1) * self.radix[1 + axis]
+        if len(np.unique(keys)) != len(keys):
+            return None
+        table = np.full(span, -1, dtype=np.int64)
+        table[keys] = np.arange(len(keys))
+        return table
+
     def map_links(self, g: np.ndarray, links: np.ndarray) -> np.ndarray:
         """Links ``g(link)`` (-1 where ``g`` maps a link to no link)."""
+        if self.link_table is not None:
+            key = self.link_kind[links] * self.radix[0]
+            for axis in range(len(self.sizes)):
+                key = key + self._axis_key(axis, 1, g[:, axis], self.link_coords[links, axis])
+            return self.link_table[key]
         comp = self.comp
         codes = self.apply(g, comp.ev[links]) * self.nr + self.apply(g, comp.eu[links])
         at = np.minimum(np.searchsorted(self.link_codes, codes), len(self.link_codes) - 1)
