@@ -1,5 +1,8 @@
 """Planning on graph networks (issue 4): gpt3-175b on the ``h100-fattree`` preset (k-ary
-fat trees of 1024, 4096 and 16384 H100s: 16 pods of k = 16, 32, 64).
+fat trees of 1024, 4096 and 16384 H100s: 16 pods of k = 16, 32, 64); and (issue 19)
+``test_plan_llama3_70b_on_graph_presets``: the whole ``nest plan`` command for llama3-70b on
+every graph preset at 4096 and 16384 devices, idle and beside a busy process, with the
+child's peak RSS (the numbers are in docs/graphs.md, Speed).
 
 ``test_plan_on_fat_tree``: build the cluster (graph, validation, locality order, levels)
 and plan, every group family the search prices priced on the graph with contention.

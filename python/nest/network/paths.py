@@ -137,6 +137,7 @@ class DistanceRows:
 
     @property
     def dist(self) -> np.ndarray:
+        """The rows computed so far (row ``i``: the ``i``-th source asked for)."""
         return self.buffer[:len(self.index)]
 
     def rows(self, sources: np.ndarray) -> np.ndarray:

@@ -59,6 +59,7 @@ class Structure:
 
     @property
     def knows_order(self) -> bool:
+        """Whether the locality order and its levels are known (else they are clustered)."""
         return self.levels is not None
 
 

@@ -126,9 +126,10 @@ MAX_GRAPH_LINKS = 1 << 20
 """Links a graph preset may have. A generated graph is built in memory: the networkx graph,
 the cluster's read-only copy of it and its compiled routing form take about 2 KiB per
 link (1.4-2.1 KiB measured on the 16384-device presets), so 2^20 links is about 2 GiB
-before any routing: some 350k devices on fat trees, tori and hierarchies, 520k on
-rail-optimized clusters, 840k on leaf-spine, 46k on dragonflies (whose global links grow
-with the square of the groups). A larger size is refused before anything is built."""
+before any routing: some 350k devices on fat trees and tori, 260k on the graph forms of
+hierarchies, 520k on rail-optimized clusters, 840k on leaf-spine, 44k on dragonflies
+(whose global links grow with the square of the groups). A larger size is refused before
+anything is built."""
 
 _KIB_PER_LINK = 2
 
