@@ -1,5 +1,8 @@
 """Planning on graph networks (issue 4): gpt3-175b on the ``h100-fattree`` preset (k-ary
-fat trees of 1024, 4096 and 16384 H100s: 16 pods of k = 16, 32, 64).
+fat trees of 1024, 4096 and 16384 H100s: 16 pods of k = 16, 32, 64); and (issue 19)
+``test_plan_llama3_70b_on_graph_presets``: the whole ``nest plan`` command for llama3-70b on
+every graph preset at 4096 and 16384 devices, idle and beside a busy process, with the
+child's peak RSS (the numbers are in docs/graphs.md, Speed).
 
 ``test_plan_on_fat_tree``: build the cluster (graph, validation, locality order, levels)
 and plan, every group family the search prices priced on the graph with contention.
@@ -28,6 +31,11 @@ splits evenly over them), which keeps a cross-pod DAG at 4 k/2 links instead of
 the search's bounds keep it from pricing most layouts.
 """
 
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
 
 import numpy as np
@@ -59,7 +67,7 @@ def test_plan_on_fat_tree(benchmark, devices):
     comp = routing.compile_graph(cluster.graph)
     benchmark.extra_info.update(
         total_s=total, cluster_build_s=built, solve_time_s=plan.solve_time_s,
-        candidates_priced=plan.candidates_total, router_pairs=len(comp.routes.keys) if comp.routes else 0,
+        candidates_priced=plan.candidates_total, router_pairs=comp.routes.pairs_routed if comp.routes else 0,
         links=len(comp.eu), parallelism=plan.parallelism, step_time_s=plan.step_time_s)
 
 
@@ -85,4 +93,58 @@ def test_price_every_layout(benchmark, devices):
     cluster, layouts, pricing = benchmark.pedantic(run, rounds=1, iterations=1)
     comp = routing.compile_graph(cluster.graph)
     benchmark.extra_info.update(layouts=layouts, pricing_s=pricing,
-                                router_pairs=len(comp.routes.keys) if comp.routes else 0)
+                                router_pairs=comp.routes.pairs_routed if comp.routes else 0)
+
+
+# -- the whole command on every graph preset (issue 19) ------------------------------------
+
+def _preset_size(name: str, devices: int) -> int:
+    """``devices``, or the nearest size the preset has (gb200-nvl72-graph: whole racks of 72)."""
+    return devices if name != "gb200-nvl72-graph" else devices - devices % 72 + (72 if devices % 72 > 36 else 0)
+
+
+@pytest.fixture(params=["idle", "busy"])
+def load(request):
+    """``busy``: one spinning process beside the benchmark, as on a shared machine."""
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if request.param == "busy" else None
+    yield request.param
+    if spinner is not None:
+        spinner.kill()
+        spinner.wait()
+
+
+@pytest.mark.parametrize("devices", [4096, 16384])
+@pytest.mark.parametrize("name", list(GRAPH_CLUSTERS))
+def test_plan_llama3_70b_on_graph_presets(benchmark, name, devices, load):
+    """``nest plan --model llama3-70b --cluster NAME --devices N --json`` as a fresh process
+    (start-up, building the cluster, the search); extra_info: its peak resident memory
+    (``ru_maxrss`` of that child, from ``os.wait4``) and the plan it found. Goal: <= 2 s at
+    4096 devices, <= 5 s at 16384, under 1 GiB."""
+    size = _preset_size(name, devices)
+    benchmark.group = f"nest plan llama3-70b on graph presets, {devices} devices"
+    argv = [sys.executable, "-m", "nest", "plan", "--model", "llama3-70b", "--cluster", name,
+            "--devices", str(size), "--json"]
+    runs = []
+
+    def run():
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            started = time.perf_counter()
+            child = subprocess.Popen(argv, stdout=out, stderr=err)
+            _, status, usage = os.wait4(child.pid, 0)  # this child's own resource usage
+            seconds = time.perf_counter() - started
+            child.returncode = os.waitstatus_to_exitcode(status)
+            out.seek(0)
+            err.seek(0)
+            runs.append((seconds, usage, child.returncode, out.read().decode(), err.read().decode()))
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    seconds, usage, code, out, err = runs[-1]
+    info = {"load": load, "devices": size, "wall_s": seconds, "exit_code": code,
+            "peak_rss_mib": usage.ru_maxrss / 1024,  # KiB on Linux
+            "bytecode": "not written" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "cached"}
+    if code == 0:
+        doc = json.loads(out)
+        info.update(step_time_s=doc.get("step_time_s"), parallelism=doc.get("parallelism"))
+    else:
+        info["error"] = err.strip().splitlines()[-1:] or ""
+    benchmark.extra_info.update(info)

@@ -101,3 +101,27 @@ def test_graph_size_mismatch(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "devices = 16" in err
     assert main(["plan", "--model", "gpt-1.7b", "--cluster", "h100-fattree", "--devices", "17"]) == 2
+
+
+@pytest.mark.parametrize("cluster,devices", [("tpuv4-torus", 10**9), ("dgx-h100-rail", 10**9),
+                                             ("h100-dragonfly", 2**20), ("dgx-a100-graph", 2**22)])
+def test_graph_preset_beyond_the_link_cap(capsys, cluster, devices):
+    """More devices than a graph preset's graph may hold (MAX_GRAPH_LINKS): one line naming
+    the field and value, exit code 2, before anything is built."""
+    code = main(["plan", "--model", "llama3-70b", "--cluster", cluster, "--devices", str(devices)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"devices = {devices}: {cluster} would have" in err and "links" in err
+
+
+def test_link_cap_sizes():
+    """Every graph preset builds far beyond 16384 devices; its stated maximum is within
+    the cap, one more device is not."""
+    from nest.errors import SpecError
+    from nest.presets.clusters import GRAPH_CLUSTERS, MAX_GRAPH_LINKS
+
+    for template in GRAPH_CLUSTERS.values():
+        top = template.max_devices()
+        assert top > 40000 and template.links(top) <= MAX_GRAPH_LINKS < template.links(top + 1)
+        with pytest.raises(SpecError, match=f"devices = {top + 1}: "):
+            template.sized(top + 1)

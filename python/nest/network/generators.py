@@ -1,9 +1,18 @@
 """Generated network graphs: fat trees, spine-leaf, rail-optimized, tori, dragonflies,
 and the graph form of a hierarchical cluster (see :mod:`nest.network.routing` for the
-attributes nodes and links carry)."""
+attributes nodes and links carry).
+
+Each generator attaches what it knows (:mod:`nest.network.structure`): the locality order
+and levels where they are the device index order and the nested groups it builds (fat
+trees, spine-leaf, rail-optimized under the stated conditions, hierarchies), and the
+symmetry of its routers (tori: translations; rail-optimized and hierarchies: permuting
+the nodes, rails or groups of a level), so that large generated graphs need no all-pairs
+work. ``tests/test_structure.py`` checks both against the general algorithms.
+"""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import networkx as nx
@@ -11,7 +20,8 @@ import numpy as np
 
 from ..errors import SpecError
 from ..specs import ClusterSpec
-from ..units import GB
+from ..units import GB, MiB
+from .structure import Structure, Symmetry, attach
 
 
 def _device(g: nx.Graph, index: int, name=None):
@@ -23,6 +33,22 @@ def _device(g: nx.Graph, index: int, name=None):
 def _switch(g: nx.Graph, name):
     g.add_node(name, kind="switch")
     return name
+
+
+def _levels(*sizes: int) -> tuple[int, ...]:
+    """Level sizes of nested groups of the index order (cumulative, ascending, the last
+    all devices), as :func:`~nest.network.graph.level_sizes` reads them: sizes of one
+    device and repeats dropped."""
+    out = []
+    for size in sizes:
+        if size > 1 and (not out or size > out[-1]):
+            out.append(int(size))
+    return tuple(out) or (int(sizes[-1]),)
+
+
+def _mib_time(bandwidth: float, latency: float) -> float:
+    """Seconds to move one MiB over a link: the distance the locality order clusters by."""
+    return latency + float(MiB) / bandwidth
 
 
 def _tiers(value, n: int, what: str) -> tuple:
@@ -63,7 +89,9 @@ def fat_tree(k: int, bandwidth: float = 50 * GB, latency: float = 1e-6,
             for _ in range(h):
                 g.add_edge(_device(g, index), edge, bandwidth=bandwidth, latency=latency)
                 index += 1
-    return g
+    # edge switches are the hosts: two in one pod are 2 links apart, in two pods 4 (each a
+    # superset of the pod's path), so pods cluster first whatever the link speeds
+    return attach(g, Structure(levels=_levels(h, h * h, index)))
 
 
 def spine_leaf(leaves: int, devices_per_leaf: int, spines: int, bandwidth: float = 50 * GB,
@@ -82,7 +110,8 @@ def spine_leaf(leaves: int, devices_per_leaf: int, spines: int, bandwidth: float
             g.add_edge(leaf, s, bandwidth=up, latency=latency)
         for i in range(devices_per_leaf):
             g.add_edge(_device(g, lf * devices_per_leaf + i), leaf, bandwidth=bandwidth, latency=latency)
-    return g
+    # leaves host the devices and are all equally far apart
+    return attach(g, Structure(levels=_levels(devices_per_leaf, leaves * devices_per_leaf)))
 
 
 def rail_optimized(nodes: int, gpus_per_node: int = 8, spines: int = 4,
@@ -98,14 +127,23 @@ def rail_optimized(nodes: int, gpus_per_node: int = 8, spines: int = 4,
     for r in rails:
         for s in spine_nodes:
             g.add_edge(r, s, bandwidth=nic_bandwidth * nodes / spines, latency=nic_latency, cost=2)
+    coords = {r: (2, -1, i) for i, r in enumerate(rails)} | {s: (3, -1, -1) for s in spine_nodes}
     for n in range(nodes):
         nvs = _switch(g, f"nvswitch{n}")
+        coords[nvs] = (1, n, -1)
         for i in range(gpus_per_node):
             d = _device(g, n * gpus_per_node + i)
+            coords[d] = (0, n, i)
             g.nodes[d]["host"] = f"node{n}"
             g.add_edge(d, nvs, bandwidth=nvlink_bandwidth, latency=nvlink_latency / 2, cost=1)
             g.add_edge(d, rails[i], bandwidth=nic_bandwidth, latency=nic_latency, cost=2)
-    return g
+    # any permutation of the nodes, and of the GPU positions with their rails, is an
+    # automorphism; the GPUs of a node are closer to each other (through the NVSwitch) than
+    # to any other node's when one NVLink hop is faster than one NIC hop
+    nvlink_hop = _mib_time(nvlink_bandwidth, nvlink_latency / 2)
+    nic_hop = _mib_time(nic_bandwidth, nic_latency)
+    levels = _levels(gpus_per_node, nodes * gpus_per_node) if nvlink_hop < nic_hop else None
+    return attach(g, Structure(levels=levels, symmetry=Symmetry(coords, (nodes, gpus_per_node), shift=False)))
 
 
 def torus(dims, bandwidth: float = 45 * GB, latency: float = 1e-6) -> nx.Graph:
@@ -125,7 +163,10 @@ def torus(dims, bandwidth: float = 45 * GB, latency: float = 1e-6) -> nx.Graph:
                 n[axis] = (n[axis] + 1) % size
                 if tuple(n) != c:
                     g.add_edge(c, tuple(n), bandwidth=bandwidth, latency=latency)
-    return g
+    # translations are automorphisms; the locality order (complete linkage with its ties)
+    # has no closed form and stays the general algorithm's
+    coords = {c: (0, *c) for c in coords}
+    return attach(g, Structure(symmetry=Symmetry(coords, dims, shift=True)))
 
 
 def dragonfly(groups: int, routers: int, hosts: int, global_links: int = 1,
@@ -203,4 +244,39 @@ def from_hierarchy(cluster: ClusterSpec) -> nx.Graph:
         for e in range(n // below):
             top = _switch(g, f"t{t}.s{e * below // sizes[t + 1]}")
             g.add_edge(f"t{t}.e{e}", top, bandwidth=below * eff, latency=0.0, cost=1)
-    return g
+    return attach(g, _hierarchy_structure(cluster, sizes))
+
+
+def _hierarchy_structure(cluster: ClusterSpec, sizes: tuple) -> Structure:
+    """What :func:`from_hierarchy` knows. Symmetry: a device's coordinates are its place in
+    each tier's group (axis ``t``: which tier-``(t-1)`` group of its tier-``t`` group), a
+    switch's those of the group it serves; permuting the groups of any tier inside their
+    parent is an automorphism (the tiers are uniform). Order: the index order with the
+    tiers' group sizes as levels, when the time to move one MiB between two devices grows
+    strictly with the tier they first share (then those times nest like the groups and
+    the clustering cuts the groups); otherwise left to the general algorithm."""
+    tiers = cluster.tiers
+    n = sizes[-1]
+    fanouts = tuple(t.fanout for t in tiers)
+    digits = np.stack([np.arange(n) // sizes[t] % fanouts[t] for t in range(len(tiers))], axis=1)
+    coords = {}
+    for d in range(n):
+        row = digits[d].tolist()
+        coords[f"d{d}"] = (0, *row)
+        coords[f"t0.{d // sizes[1]}"] = (1, -1, *row[1:])
+        for t in range(1, len(tiers)):
+            coords[f"t{t}.e{d // sizes[t]}"] = (2 * t, *([-1] * t), *row[t:])
+            coords[f"t{t}.s{d // sizes[t + 1]}"] = (2 * t + 1, *([-1] * (t + 1)), *row[t + 1:])
+    symmetry = Symmetry(coords, fanouts, shift=False)
+    # one MiB from a device to one first met at tier t: across plane t (device link, two
+    # uplinks, device link), or over the shared edge switch of any plane above
+    hop = [_mib_time(t.bandwidth if i else t.effective_bandwidth, t.latency / 2) for i, t in enumerate(tiers)]
+    up = [float(MiB) / (sizes[i] * t.effective_bandwidth) if i else 0.0 for i, t in enumerate(tiers)]
+    planes = [i for i, t in enumerate(tiers) if i == 0 or t.fanout > 1]
+    times = []
+    for i, tier in enumerate(tiers):
+        if tier.fanout > 1:
+            across = hop[i] + hop[i] if i == 0 else ((hop[i] + up[i]) + up[i]) + hop[i]
+            times.append(min([across] + [hop[j] + hop[j] for j in planes if j > i]))
+    nested = all(b > a * (1 + 1e-9) for a, b in itertools.pairwise(times))
+    return Structure(levels=_levels(*sizes[1:]) if nested else None, symmetry=symmetry)

@@ -21,23 +21,51 @@ from ..frozen_graph import read_only_graph
 from ..specs import ClusterSpec, Tier
 from ..units import MiB
 from .routing import CompiledGraph, compile_graph, group_rows, route, route_one
+from .symmetry import circulant, router_symmetry
 
 _MEBIBYTE = float(MiB)
 
 
 def _host_distances(comp: CompiledGraph) -> tuple[np.ndarray, np.ndarray]:
-    """The routers that host devices (ascending) and their pairwise distances in seconds
-    to move one MiB along the fastest path (link weight ``latency + 2**20 / bandwidth``;
-    symmetrised on directed graphs), a proxy for how well two devices are connected
-    that sees bandwidth, unlike the routing cost."""
+    """The routers that host devices (ascending) and their pairwise distances (condensed:
+    the upper triangle row by row, as :func:`scipy.spatial.distance.squareform` gives it)
+    in seconds to move one MiB along the fastest path (link weight ``latency + 2**20 /
+    bandwidth``; the larger of the two directions), a proxy for how well two devices are
+    connected that sees bandwidth, unlike the routing cost. With a generator's symmetry,
+    one Dijkstra search per orbit of hosts: ``d(h, x) = d(h0, g_h^-1(x))`` (an
+    automorphism keeps every path's links and their order, hence the float sums), the
+    condensed form filled a block of rows at a time (no square matrix)."""
     hosts = np.unique(comp.router_of)
     weight = comp.elat + _MEBIBYTE / comp.link_cap
-    nr = len(comp.routers)
+    nr, n = len(comp.routers), len(hosts)
     matrix = sp.csr_matrix((weight, (comp.eu, comp.ev)), shape=(nr, nr))
-    dist = np.atleast_2d(dijkstra(matrix, indices=hosts))[:, hosts]
-    dist = np.maximum(dist, dist.T)
-    np.fill_diagonal(dist, 0.0)
-    return hosts, dist
+    sym = router_symmetry(comp)
+    if sym is None:
+        from scipy.spatial.distance import squareform
+
+        dist = np.atleast_2d(dijkstra(matrix, indices=hosts))[:, hosts]
+        return hosts, squareform(np.maximum(dist, dist.T), checks=False) if n > 1 else np.zeros(0)
+    seeds, which = np.unique(sym.canonical_of[hosts], return_inverse=True)
+    rows = np.atleast_2d(dijkstra(matrix, indices=seeds))
+    which = which.ravel()
+    condensed = np.empty(n * (n - 1) // 2)
+    shifted = circulant(sym, rows[0]) if n == nr else None
+    if shifted is not None:  # a torus: every row a slice of one doubled grid
+        for i in range(n - 1):
+            forward, backward = shifted(i)
+            start = n * i - i * (i + 1) // 2
+            condensed[start:start + n - i - 1] = np.maximum(forward[i + 1:], backward[i + 1:])
+        return hosts, condensed
+    step = max(1, (1 << 21) // n)
+    for a in range(0, n, step):
+        h = hosts[a:a + step]
+        forward = rows[which[a:a + step, None], sym.relative(h, hosts)]  # d(h_i, x_j)
+        backward = rows[which[None, :], sym.relative(hosts, h).T]  # d(x_j, h_i)
+        block = np.maximum(forward, backward)
+        for i in range(a, a + len(h)):
+            start = n * i - i * (i + 1) // 2
+            condensed[start:start + n - i - 1] = block[i - a, i + 1:]
+    return hosts, condensed
 
 
 def _dendrogram(comp: CompiledGraph):
@@ -47,7 +75,6 @@ def _dendrogram(comp: CompiledGraph):
     if "dendrogram" in comp.cache:
         return comp.cache["dendrogram"]
     from scipy.cluster.hierarchy import linkage
-    from scipy.spatial.distance import squareform
 
     hosts, dist = _host_distances(comp)
     n = len(hosts)
@@ -56,7 +83,7 @@ def _dendrogram(comp: CompiledGraph):
     if n == 1:
         out = (hosts, None, np.zeros(1, dtype=np.int64))
     else:
-        z = linkage(squareform(dist, checks=False), method="complete")
+        z = linkage(dist, method="complete")
         smallest = np.concatenate((first[hosts], np.zeros(n - 1, dtype=np.int64)))
         children = z[:, :2].astype(np.int64)
         for i, (a, b) in enumerate(children):
@@ -76,6 +103,16 @@ def _dendrogram(comp: CompiledGraph):
     return out
 
 
+def _known(comp: CompiledGraph) -> tuple[list[int], tuple[int, ...]] | None:
+    """``(device indices in locality order, level sizes)`` the graph's generator attached
+    (:mod:`nest.network.structure`), or None: the general algorithm's."""
+    known = comp.structure
+    if known is None or not known.knows_order:
+        return None
+    order = list(range(len(comp.devices))) if known.order is None else list(known.order)
+    return order, tuple(known.levels)
+
+
 def locality_order(graph) -> list:
     """Device ids in a locality-preserving order: agglomerative hierarchical clustering
     (complete linkage, :func:`scipy.cluster.hierarchy.linkage`) of the routers that host
@@ -84,8 +121,12 @@ def locality_order(graph) -> list:
     in index order. Every cluster of the dendrogram is a contiguous block of the order,
     so devices that are close (one switch, one pod, one node) get consecutive ranks; on
     the graph form of a hierarchical cluster (and on generated fat trees, spine-leaf and
-    rail-optimized networks) the order is the device index order."""
+    rail-optimized networks) the order is the device index order, which their generators
+    attach with the levels (:mod:`nest.network.structure`): no clustering runs."""
     comp = compile_graph(graph)
+    known = _known(comp)
+    if known is not None:
+        return [comp.devices[i] for i in known[0]]
     hosts, _, order = _dendrogram(comp)
     by_router: dict[int, list] = {}
     for i, r in enumerate(comp.router_of.tolist()):
@@ -101,6 +142,10 @@ def level_sizes(graph, order=None) -> tuple[int, ...]:
     hierarchy of that order: the aligned blocks of which the smallest distance levels
     of the clustering hold."""
     comp = compile_graph(graph)
+    known = _known(comp)
+    if known is not None:
+        sizes = list(known[1])
+        return tuple(sizes if order is None else _aligned_sizes(graph, comp, order, sizes))
     n_dev = len(comp.devices)
     counts = np.bincount(comp.router_of, minlength=len(comp.routers))
     hosts, z, leaf_order = _dendrogram(comp)

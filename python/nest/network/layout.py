@@ -46,18 +46,18 @@ class Layout:
             stride *= self.degrees.get(dim, 1)
         return strides
 
-    def coordinates(self) -> dict[str, np.ndarray]:
-        """Per rank (index = device), its coordinate in every dimension."""
+    def coordinates(self, dims: tuple[str, ...] = DIMENSIONS) -> dict[str, np.ndarray]:
+        """Per rank (index = device), its coordinate in every dimension (of ``dims``)."""
         ranks = np.arange(self.size, dtype=np.int64)
         strides = self.strides()
-        return {dim: (ranks // strides[dim]) % self.degrees.get(dim, 1) for dim in DIMENSIONS}
+        return {dim: (ranks // strides[dim]) % self.degrees.get(dim, 1) for dim in dims}
 
     def pipeline_partners(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(ranks, partner, stage)``: every rank, the rank of the next pipeline stage it
         sends to (the last stage wraps to the first) and its own stage."""
         pp = self.degrees.get("pp", 1)
         stride = self.strides()["pp"]
-        stage = self.coordinates()["pp"]
+        stage = self.coordinates(("pp",))["pp"]
         ranks = np.arange(self.size, dtype=np.int64)
         return ranks, np.where(stage < pp - 1, ranks + stride, ranks - (pp - 1) * stride), stage
 
@@ -93,7 +93,7 @@ def joint_groups(layout: Layout, dims: tuple[str, ...], first_only: bool = False
     offsets.sort()
     if first_only:
         return offsets[None, :]
-    coords = layout.coordinates()
+    coords = layout.coordinates(dims)
     leader = np.ones(layout.size, dtype=bool)
     for dim in dims:
         leader &= coords[dim] == 0

@@ -122,9 +122,23 @@ CLUSTERS: dict[str, ClusterTemplate] = {t.name: t for t in _TEMPLATES}
 """Preset cluster families by name."""
 
 
+MAX_GRAPH_LINKS = 1 << 20
+"""Links a graph preset may have. A generated graph is built in memory: the networkx graph,
+the cluster's read-only copy of it and its compiled routing form take about 2 KiB per
+link (1.4-2.1 KiB measured on the 16384-device presets), so 2^20 links is about 2 GiB
+before any routing: some 350k devices on fat trees and tori, 260k on the graph forms of
+hierarchies, 520k on rail-optimized clusters, 840k on leaf-spine, 44k on dragonflies
+(whose global links grow with the square of the groups). A larger size is refused before
+anything is built."""
+
+_KIB_PER_LINK = 2
+
+
 @dataclass(frozen=True)
 class GraphTemplate:
-    """A cluster family on a generated graph: ``build(devices)`` returns the graph."""
+    """A cluster family on a generated graph: ``build(devices)`` returns the graph and
+    ``links(devices)`` bounds how many links it has (checked against
+    :data:`MAX_GRAPH_LINKS` first)."""
 
     name: str
     device: DeviceSpec
@@ -132,14 +146,31 @@ class GraphTemplate:
     default_devices: int
     source: str
     description: str
+    links: object  # devices -> links of the graph build(devices) (an upper bound)
+
+    def max_devices(self) -> int:
+        """The most devices whose graph stays within :data:`MAX_GRAPH_LINKS` links."""
+        low, high = 1, 2
+        while self.links(high) <= MAX_GRAPH_LINKS:
+            low, high = high, 2 * high
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if self.links(mid) <= MAX_GRAPH_LINKS else (low, mid)
+        return low
 
     def sized(self, devices: int | None = None) -> ClusterSpec:
-        """The cluster on a graph of exactly ``devices`` devices (SpecError if none)."""
+        """The cluster on a graph of exactly ``devices`` devices (SpecError if none, or if
+        the graph would exceed :data:`MAX_GRAPH_LINKS` links)."""
         from ..network.graph import graph_cluster
 
         n = self.default_devices if devices is None else devices
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise SpecError(f"devices = {n!r}: must be a positive integer")
+        links = self.links(n)
+        if links > MAX_GRAPH_LINKS:
+            raise SpecError(f"devices = {n}: {self.name} would have {links} links (about "
+                            f"{links * _KIB_PER_LINK / 2**20:.0f} GiB to build); graph presets go up to "
+                            f"{MAX_GRAPH_LINKS} links, {self.max_devices()} devices on {self.name}")
         return graph_cluster(self.build(n), self.device, name=self.name, source=self.source)
 
 
@@ -217,23 +248,50 @@ def _hierarchy(name: str):
     return build
 
 
+# links of each preset's graph (upper bounds, for MAX_GRAPH_LINKS): device links plus the
+# switch links above them
+def _fat_tree_links(n: int) -> int:
+    return 3 * n  # device-edge, edge-aggregation and aggregation-core: n each
+
+
+def _rail_links(n: int) -> int:
+    return 2 * n + 8 * 4  # NVSwitch and rail per GPU; rails to spines
+
+
+def _torus_links(n: int) -> int:
+    return 3 * n  # two neighbours per dimension, each link shared by two chips
+
+
+def _leaf_spine_links(n: int) -> int:
+    return n + (n // 32) * 8
+
+
+def _dragonfly_links(n: int) -> int:
+    groups = n // 32
+    return n + groups * 28 + groups * (groups - 1) // 2  # hosts, local cliques, one link per group pair
+
+
+def _hierarchy_links(name: str):
+    return lambda n: (len(CLUSTERS[name].tiers) + 1) * n  # per plane: device links (n) and uplinks (< n)
+
+
 GRAPH_CLUSTERS: dict[str, GraphTemplate] = {t.name: t for t in [
     GraphTemplate("h100-fattree", DEVICES["h100-sxm"], _fat_tree, 1024,
                   "k-ary fat tree (Al-Fares et al. 2008); NDR 400 Gb/s NICs",
-                  "k-ary fat tree, 1 x 50 GB/s NIC per GPU, non-blocking"),
+                  "k-ary fat tree, 1 x 50 GB/s NIC per GPU, non-blocking", _fat_tree_links),
     GraphTemplate("dgx-h100-rail", DEVICES["h100-sxm"], _rail, 1024, _DGX_SOURCE,
-                  "rail-optimized: NVLink 8 x 450 GB/s, 8 rails x 50 GB/s, spines"),
+                  "rail-optimized: NVLink 8 x 450 GB/s, 8 rails x 50 GB/s, spines", _rail_links),
     GraphTemplate("tpuv4-torus", DEVICES["tpuv4"], _torus, 512,
                   "TPU v4 (Jouppi et al., ISCA 2023): 3-D torus, six ICI links per chip",
-                  "3-D torus, 50 GB/s per link and direction"),
+                  "3-D torus, 50 GB/s per link and direction", _torus_links),
     GraphTemplate("h100-leafspine", DEVICES["h100-sxm"], _leaf_spine, 1024,
                   "two-tier Clos (leaf-spine), 32 GPUs per leaf, 8 spines",
-                  "two-tier leaf-spine, 32 x 50 GB/s per leaf, 8 spines, non-blocking"),
+                  "two-tier leaf-spine, 32 x 50 GB/s per leaf, 8 spines, non-blocking", _leaf_spine_links),
     GraphTemplate("h100-dragonfly", DEVICES["h100-sxm"], _dragonfly, 1024,
                   "dragonfly (Kim et al., ISCA 2008), minimal routing",
-                  "dragonfly: groups of 8 routers x 4 GPUs, 4 global links per router, 50 GB/s"),
+                  "dragonfly: groups of 8 routers x 4 GPUs, 4 global links per router, 50 GB/s", _dragonfly_links),
     *(GraphTemplate(f"{t.name}-graph", t.device, _hierarchy(t.name), t.default_devices, t.source,
-                    f"graph form of {t.name} (one plane per tier; prices equal the tiers)")
+                    f"graph form of {t.name} (one plane per tier; prices equal the tiers)", _hierarchy_links(t.name))
       for t in _TEMPLATES),
 ]}
 """Preset cluster families on generated graphs, by name."""

@@ -1,0 +1,405 @@
+"""Shortest-path DAGs of router pairs with their ECMP shares, computed on demand and kept,
+and the link loads of a set of concurrent flows (:func:`routes_of`, used by
+:func:`nest.network.routing.route`).
+
+The DAG of a pair ``s -> t`` is the set of links ``u -> v`` with ``d(s, u) + cost +
+d(v, t) = d(s, t)``. It is found from ``t`` backwards: a link into a DAG router ``v`` is in
+the DAG exactly when ``d(s, u) + cost = d(s, v)`` (a shortest path to ``v`` continues to
+``t``), so only the distances from ``s`` (one Dijkstra row per source) and the links into
+the DAG's routers are read, never a row per destination or a pass over every router.
+Each DAG link carries ``sigma(s, u) tau(v) / sigma(s, t)`` of the pair's traffic under an
+even split over all min-cost paths (``sigma``: path counts from ``s``, ``tau``: to ``t``,
+both inside the DAG, as in Brandes' betweenness algorithm), times the twin multiplicities
+of its ends; the pair's latency is the longest of its shortest paths.
+
+With a generator's symmetry (:mod:`nest.network.symmetry`) only canonical pairs ``(s0,
+t')`` are routed and kept; a flow's links are its canonical DAG's moved by the
+automorphism of its source (relabelings: rail-optimized clusters, hierarchies;
+translations: tori, through an unwrapped grid), its shares and latency the canonical
+ones.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.sparse.csgraph import dijkstra
+
+from .compiled import CompiledGraph
+from .symmetry import RouterSymmetry, TranslationGrid, router_symmetry
+
+_ENTRIES = 1 << 21
+"""DAG links (about) per batch of pairs routed at once (bounds the temporary arrays)."""
+
+_ROW_ELEMENTS = 1 << 22
+"""Distance-row elements per Dijkstra call."""
+
+
+class _Growing:
+    """An append-only numpy array (capacity doubling)."""
+
+    def __init__(self, dtype):
+        self.data = np.zeros(1024, dtype=dtype)
+        self.size = 0
+
+    def extend(self, values: np.ndarray) -> None:
+        need = self.size + len(values)
+        if need > len(self.data):
+            grown = np.zeros(max(need, 2 * len(self.data)), dtype=self.data.dtype)
+            grown[:self.size] = self.data[:self.size]
+            self.data = grown
+        self.data[self.size:need] = values
+        self.size = need
+
+    @property
+    def view(self) -> np.ndarray:
+        return self.data[:self.size]
+
+
+def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """The concatenated ranges ``starts[i] .. starts[i] + lens[i]``."""
+    offsets = np.cumsum(lens) - lens
+    return np.repeat(starts - offsets, lens) + np.arange(int(lens.sum()), dtype=np.int64)
+
+
+class DagStore:
+    """DAGs of router pairs keyed by ``s * nr + t``: per pair its links and their shares
+    (``ptr`` delimits a pair's entries) and its latency, appended as computed. The keys are
+    kept in sorted runs, each at most half as long as the one before (merged like the
+    digits of a binary counter): appending costs ``O(log n)`` per key, not a copy of every
+    key stored, and a lookup searches ``O(log n)`` runs."""
+
+    def __init__(self):
+        self.runs: list[tuple[np.ndarray, np.ndarray]] = []  # (sorted pair codes, their ids)
+        self.ptr = _Growing(np.int64)
+        self.ptr.extend(np.zeros(1, dtype=np.int64))
+        self.edge = _Growing(np.int32)
+        self.frac = _Growing(np.float64)
+        self.lat = _Growing(np.float64)
+
+    @property
+    def size(self) -> int:
+        """Pairs stored (the next pair's id)."""
+        return self.lat.size
+
+    def find(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, found)`` of pair codes (ids meaningless where not found)."""
+        ids = np.zeros(len(codes), dtype=np.int64)
+        found = np.zeros(len(codes), dtype=bool)
+        for keys, key_ids in self.runs:
+            pos = np.minimum(np.searchsorted(keys, codes), len(keys) - 1)
+            hit = keys[pos] == codes
+            ids[hit] = key_ids[pos[hit]]
+            found |= hit
+        return ids, found
+
+    def append(self, codes: np.ndarray, counts: np.ndarray, edge: np.ndarray, frac: np.ndarray,
+               lat: np.ndarray) -> None:
+        """New pairs ``codes`` (distinct, not stored yet) with ``counts[i]`` entries each; they
+        get the ids ``size, size + 1, ...`` in order."""
+        first = self.size
+        self.ptr.extend(self.ptr.view[-1] + np.cumsum(counts))
+        self.edge.extend(edge.astype(np.int32))
+        self.frac.extend(frac)
+        self.lat.extend(lat)
+        order = np.argsort(codes, kind="stable")
+        self.runs.append((codes[order], np.arange(first, first + len(codes), dtype=np.int64)[order]))
+        while len(self.runs) > 1 and 2 * len(self.runs[-1][0]) >= len(self.runs[-2][0]):
+            (k2, i2), (k1, i1) = self.runs.pop(), self.runs.pop()
+            keys, ids = np.concatenate((k1, k2)), np.concatenate((i1, i2))
+            order = np.argsort(keys, kind="stable")
+            self.runs.append((keys[order], ids[order]))
+
+    def entries(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(lens, index)``: positions of the entries of pairs ``ids``, pair after pair."""
+        ptr = self.ptr.view
+        starts = ptr[ids]
+        lens = ptr[ids + 1] - starts
+        return lens, _ranges(starts, lens)
+
+    def gather(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(lens, links, fracs)``: the entries of pairs ``ids``, pair after pair."""
+        lens, idx = self.entries(ids)
+        return lens, self.edge.view[idx], self.frac.view[idx]
+
+
+class DistanceRows:
+    """Min-cost distances from source routers (rows computed on demand, kept in a buffer
+    that doubles when full). Routing costs are integers: float32 holds them exactly (up to
+    2**24) and halves the memory."""
+
+    def __init__(self, comp: CompiledGraph):
+        self.comp = comp
+        self.matrix = comp.cost_matrix
+        self.index: dict[int, int] = {}
+        self.buffer = np.zeros((16, comp.cost_matrix.shape[0]), dtype=np.float32)
+        self._tight: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._tight_size = 0
+
+    @property
+    def dist(self) -> np.ndarray:
+        """The rows computed so far (row ``i``: the ``i``-th source asked for)."""
+        return self.buffer[:len(self.index)]
+
+    def rows(self, sources: np.ndarray) -> np.ndarray:
+        """Row of each source (computed if new)."""
+        new = [s for s in dict.fromkeys(sources.tolist()) if s not in self.index]
+        step = max(1, _ROW_ELEMENTS // self.buffer.shape[1])
+        for at in range(0, len(new), step):
+            part = new[at:at + step]
+            dist = np.atleast_2d(dijkstra(self.matrix, indices=np.array(part, dtype=np.int64)))
+            used = len(self.index)
+            if used + len(part) > len(self.buffer):
+                grown = np.zeros((max(used + len(part), 2 * len(self.buffer)), self.buffer.shape[1]),
+                                 dtype=np.float32)
+                grown[:used] = self.buffer[:used]
+                self.buffer = grown
+            self.buffer[used:used + len(part)] = dist
+            for s in part:
+                self.index[s] = len(self.index)
+        return np.array([self.index[s] for s in sources.tolist()], dtype=np.int64)
+
+    def tight(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The links on a shortest path from each row's source (``d(u) + cost = d(v)``),
+        by head: ``(ptr[len(rows), nr + 1], links)``, row ``i``'s links into ``v`` being
+        ``links[ptr[i, v]:ptr[i, v + 1]]`` (kept per row, within a memory bound)."""
+        comp = self.comp
+        new = [r for r in rows.tolist() if r not in self._tight]
+        if self._tight_size + len(new) * len(comp.eu) > _ROW_ELEMENTS * 4:
+            self._tight, self._tight_size = {}, 0
+            new = rows.tolist()
+        step = max(1, _ROW_ELEMENTS // max(1, len(comp.eu)))
+        ecost = comp.ecost.astype(np.float32)
+        heads = np.arange(len(self.buffer[0]) + 1)
+        for at in range(0, len(new), step):
+            part = np.array(new[at:at + step], dtype=np.int64)
+            tail = self.buffer[part][:, comp.eu]
+            on = (tail + ecost == self.buffer[part][:, comp.ev]) & np.isfinite(tail)
+            for r, mask in zip(part.tolist(), on):
+                links = np.flatnonzero(mask)  # ascending: links are sorted by head
+                self._tight[r] = (np.searchsorted(comp.ev[links], heads), links)
+                self._tight_size += len(comp.eu)
+        parts = [self._tight[r] for r in rows.tolist()]
+        offsets = np.cumsum([0] + [len(links) for _, links in parts[:-1]])
+        ptr = np.stack([p + o for (p, _), o in zip(parts, offsets.tolist())])
+        return ptr, np.concatenate([links for _, links in parts])
+
+
+def _dag_links(comp: CompiledGraph, dist: np.ndarray, row: np.ndarray, t: np.ndarray, into
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """``(pair, link)`` of every DAG link of the pairs ``row[i] -> t[i]`` (``row``: the
+    source's distance row), found backwards from ``t`` level by level (distance from the
+    source, descending), each router once per pair; ``into(p, v)``: the ranges of links
+    into router ``v`` to try for pair ``p`` (all of them, or only the tight ones)."""
+    nr = len(comp.routers)
+    eu, ecost = comp.eu, comp.ecost.astype(np.float32)
+    pending: dict[float, list] = {}
+
+    def push(p, v, level):
+        for value in np.unique(level).tolist():
+            if value > 0:  # the source (level 0) has no links into it on a shortest path
+                at = level == value
+                pending.setdefault(value, []).append((p[at], v[at]))
+
+    n = len(t)
+    push(np.arange(n, dtype=np.int64), t, dist[row, t])
+    found_p, found_link = [], []
+    while pending:
+        level = max(pending)
+        parts = pending.pop(level)
+        codes = np.unique(np.concatenate([p * nr + v for p, v in parts]))
+        p, v = codes // nr, codes % nr
+        starts, stops, links = into(p, v)
+        lens = stops - starts
+        link = links[_ranges(starts, lens)]
+        p = np.repeat(p, lens)
+        u = eu[link]
+        du = dist[row[p], u]
+        tight = du + ecost[link] == np.float32(level)
+        p, link, u, du = p[tight], link[tight], u[tight], du[tight]
+        found_p.append(p)
+        found_link.append(link)
+        push(p, u, du)
+    return np.concatenate(found_p), np.concatenate(found_link)
+
+
+def compute_dags(comp: CompiledGraph, rows: DistanceRows, s: np.ndarray, t: np.ndarray, in_ptr: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(counts, links, fracs, lats)`` of the router pairs ``s[i] -> t[i]`` (distinct,
+    ``s != t``): each pair's DAG links (ascending) and shares, pair after pair, and its
+    longest shortest-path latency."""
+    nr, n = len(comp.routers), len(s)
+    row = rows.rows(s)  # before reading .dist: it may grow
+    dist = rows.dist
+    sources, slot = np.unique(row, return_inverse=True)
+    if n >= 8 * len(sources) and len(sources) * len(comp.eu) <= _ROW_ELEMENTS:
+        # many pairs per source: its tight links, found once, spare scanning every link
+        # into a busy switch for every pair
+        ptr, tight = rows.tight(sources)
+        slot = slot.ravel()
+        into = lambda p, v: (ptr[slot[p], v], ptr[slot[p], v + 1], tight)  # noqa: E731
+    else:
+        every = np.arange(len(comp.eu))
+        into = lambda p, v: (in_ptr[v], in_ptr[v + 1], every)  # noqa: E731
+    p, link = _dag_links(comp, dist, row, t, into)
+    eu, ev = comp.eu, comp.ev
+    codes = np.unique(np.concatenate((p * nr + eu[link], p * nr + ev[link])))  # DAG routers: compact ids
+    tail = np.searchsorted(codes, p * nr + eu[link])
+    head = np.searchsorted(codes, p * nr + ev[link])
+    level = dist[row[p], eu[link]]
+    order = np.lexsort((link, level))
+    p, link, tail, head, level = p[order], link[order], tail[order], head[order], level[order]
+    cuts = np.flatnonzero(np.diff(level)) + 1
+    segments = list(zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(p)].tolist()))
+    m = len(codes)
+    pairs = np.arange(n, dtype=np.int64)
+    source = np.searchsorted(codes, pairs * nr + s)
+    sink = np.searchsorted(codes, pairs * nr + t)
+    sigma = np.zeros(m)  # shortest paths from s, inside the DAG
+    sigma[source] = 1.0
+    lat = np.full(m, -np.inf)  # longest latency of a shortest path from s
+    lat[source] = 0.0
+    elat = comp.elat[link]
+    # per member of a twin class: a head is reached from every member of its tail's class
+    m_tail, m_head = comp.mul_tail[link], comp.mul_head[link]
+    for a, z in segments:  # tails by distance from s: each is final when reached
+        sigma += np.bincount(head[a:z], weights=m_tail[a:z] * sigma[tail[a:z]], minlength=m)
+        np.maximum.at(lat, head[a:z], lat[tail[a:z]] + elat[a:z])
+    tau = np.zeros(m)  # shortest paths to t
+    tau[sink] = 1.0
+    for a, z in reversed(segments):  # heads of a segment are one level further
+        tau += np.bincount(tail[a:z], weights=m_head[a:z] * tau[head[a:z]], minlength=m)
+    # share of all the parallel links a router-level link stands for
+    frac = (m_tail * m_head) * sigma[tail] * tau[head] / sigma[sink[p]]
+    order = np.lexsort((link, p))
+    return np.bincount(p, minlength=n), link[order], frac[order], lat[sink]
+
+
+def _weights(fracs: np.ndarray, amount: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Bytes per DAG entry: its share of its flow's amount (``lens[i]`` entries of flow ``i``)."""
+    if len(amount) and amount.min() == amount.max():  # one amount for all (rings): no repeat
+        return fracs * amount[0]
+    return fracs * np.repeat(amount, lens)
+
+
+def _ratios(links: np.ndarray, weight: np.ndarray, label: np.ndarray, lens: np.ndarray, nlabels: int,
+            capacity: np.ndarray) -> np.ndarray:
+    """Per label, the largest ``load / capacity`` over links, loads the sums of ``weight``
+    per link (``label`` per flow, ``lens[i]`` entries of flow ``i``). One label: a dense sum
+    over the links; several (pipeline boundaries, each a few flows): over the (label, link)
+    pairs used only."""
+    n_links = len(capacity)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if nlabels == 1:
+            load = np.bincount(links, weights=weight, minlength=n_links)
+            return np.array([(load / capacity).max()]) if len(load) else np.zeros(1)
+        key = np.repeat(label, lens) * n_links + links
+        if nlabels * n_links <= max(4 * len(links), 1 << 16):  # dense is cheaper than sorting
+            load = np.bincount(key, weights=weight, minlength=nlabels * n_links).reshape(nlabels, n_links)
+            return (load / capacity).max(axis=1)
+        used, which = np.unique(key, return_inverse=True)
+        load = np.bincount(which.ravel(), weights=weight, minlength=len(used))
+        ratio = np.zeros(nlabels)
+        np.maximum.at(ratio, used // len(capacity), load / capacity[used % len(capacity)])
+        return ratio
+
+
+class Routes:
+    """Min-cost routing between routers, computed on demand and kept: a DAG per router pair
+    (:func:`compute_dags`), a set of concurrent flows loading every link with the sum of
+    its pairs' shares (a gather and a ``bincount`` over the DAGs the flows use)."""
+
+    def __init__(self, comp: CompiledGraph):
+        self.comp = comp
+        self.nr = len(comp.routers)
+        self.rows = DistanceRows(comp)
+        self.in_ptr = np.searchsorted(comp.ev, np.arange(self.nr + 1))  # links are sorted by head
+        self.store = DagStore()
+        self.batch = 1024  # pairs per DAG batch, adapted to the DAG sizes seen
+
+    @property
+    def pairs_routed(self) -> int:
+        """Router pairs whose DAG was computed."""
+        return self.store.size
+
+    def _ids(self, store: DagStore, s: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Ids in ``store`` of the pairs ``s -> t``, their DAGs computed if new."""
+        codes = s * self.nr + t
+        ids, found = store.find(codes)
+        if not found.all():
+            missing, where = np.unique(codes[~found], return_inverse=True)
+            first, at = store.size, 0
+            while at < len(missing):
+                part = missing[at:at + self.batch]
+                counts, links, fracs, lats = compute_dags(self.comp, self.rows, part // self.nr,
+                                                          part % self.nr, self.in_ptr)
+                store.append(part, counts, links, fracs, lats)
+                at += len(part)
+                self.batch = int(np.clip(_ENTRIES // max(1.0, len(links) / len(part)), 64, 1 << 16))
+            ids[~found] = first + where.ravel()
+        return ids
+
+    def _price(self, store: DagStore, ids: np.ndarray, amount, label, nlabels) -> tuple[np.ndarray, np.ndarray]:
+        lens, links, fracs = store.gather(ids)
+        ratio = _ratios(links, _weights(fracs, amount, lens), label, lens, nlabels, self.comp.ecap)
+        return ratio, store.lat.view[ids]
+
+    def flows(self, s: np.ndarray, t: np.ndarray, amount: np.ndarray, label: np.ndarray, nlabels: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """``(ratio[label], latency per flow)`` of flows ``s -> t`` (router pairs, ``s !=
+        t``) carrying ``amount`` each: per label, the largest load over capacity of a link
+        (loads summed over the label's flows)."""
+        return self._price(self.store, self._ids(self.store, s, t), amount, label, nlabels)
+
+
+class RelabeledRoutes(Routes):
+    """Routes on a graph whose symmetry relabels routers (transpositions): canonical DAGs
+    routed once; a flow's links are its canonical DAG's moved by ``g_s`` (a few table
+    lookups per link: cheaper than finding the pair among millions kept, and no memory
+    per pair), with the same shares."""
+
+    def __init__(self, comp: CompiledGraph, sym: RouterSymmetry):
+        super().__init__(comp)
+        self.sym = sym
+
+    def flows(self, s, t, amount, label, nlabels):
+        s0, t0 = self.sym.canonical(s, t)
+        ids = self._ids(self.store, s0, t0)
+        lens, links, fracs = self.store.gather(ids)
+        links = self.sym.map_links(np.repeat(self.sym.element(s), lens, axis=0), links)
+        return _ratios(links, _weights(fracs, amount, lens), label, lens, nlabels, self.comp.ecap), \
+            self.store.lat.view[ids]
+
+
+class TranslatedRoutes(Routes):
+    """Routes on a torus-like graph (translations): canonical DAGs routed once; a flow's
+    links are those of its canonical DAG translated by its source
+    (:class:`~nest.network.symmetry.TranslationGrid`), with the same shares."""
+
+    def __init__(self, comp: CompiledGraph, sym: RouterSymmetry, grid: TranslationGrid):
+        super().__init__(comp)
+        self.sym, self.grid = sym, grid
+        self.cells = _Growing(np.int64)  # per stored entry: its link's grid cell
+
+    def flows(self, s, t, amount, label, nlabels):
+        s0, t0 = self.sym.canonical(s, t)
+        ids = self._ids(self.store, s0, t0)
+        self.cells.extend(self.grid.link_cell[self.store.edge.view[self.cells.size:]])
+        lens, idx = self.store.entries(ids)
+        links = self.grid.moved(self.cells.view[idx], self.sym.element(s), lens)
+        fracs = self.store.frac.view[idx]
+        return _ratios(links, _weights(fracs, amount, lens), label, lens, nlabels, self.comp.ecap), \
+            self.store.lat.view[ids]
+
+
+def routes_of(comp: CompiledGraph) -> Routes:
+    """The routing store of ``comp`` (made on first use)."""
+    with comp.lock:
+        if comp.routes is None:
+            sym = router_symmetry(comp)
+            if sym is None:
+                comp.routes = Routes(comp)
+            elif sym.shift and TranslationGrid.fits(sym):
+                comp.routes = TranslatedRoutes(comp, sym, TranslationGrid(sym))
+            else:
+                comp.routes = RelabeledRoutes(comp, sym)
+        return comp.routes
