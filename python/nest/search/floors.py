@@ -85,15 +85,15 @@ def config_sums(scn: Scenario, kind_values: np.ndarray) -> np.ndarray:
 
 def memory_factors(scn: Scenario, table: ConfigTable) -> tuple[np.ndarray, np.ndarray]:
     """Per configuration, the factors of :func:`memory_bound` (one row each, a single
-    gather): dense and expert parameter bytes, cp, tp x cp, ep, activation bytes; and the
-    fixed part (reserved + transient)."""
+    gather): dense and expert parameter bytes, cp, tp x cp, ep x etp (the ranks sharing a
+    stage's expert-DP groups), activation bytes; and the fixed part (reserved + transient)."""
     def compute():
         arrays = table.arrays
         opt, wb = scn.job.optimizer, scn.weight_bytes
         per_param = wb + opt.grad_bytes + opt.sharded_bytes * (1 - scn.max_offload)
         return (np.stack([config_sums(scn, table.cols["params_dense"]) * per_param, arrays.cp,
                           config_sums(scn, table.cols["params_expert"]) * per_param, arrays.tp * arrays.cp,
-                          arrays.ep, config_sums(scn, table.cols["act_bytes"])], axis=1),
+                          arrays.ep * arrays.etp, config_sums(scn, table.cols["act_bytes"])], axis=1),
                 scn.reserve_bytes + table.transient)
     return table.cached("memory", compute)
 
@@ -313,14 +313,15 @@ def table_bound(rows: dict, ranking: "Ranking | None" = None) -> np.ndarray:
 def inner_kind_ps(scn: Scenario, table: ConfigTable, with_comm: bool, index: np.ndarray) -> np.ndarray:
     """Per configuration of ``index``, per kind: picoseconds on the configuration's
     innermost layout (default rank order, one stage, the fewest replicas whose ranks hold
-    an expert-parallel group: ``dp = ep / gcd(ep, tp cp)``), or of compute alone. The TP,
-    CP and EP groups are those of any larger ``dp`` (the EP group is the stage's first
-    ``ep`` ranks), and the layout fits every cluster a candidate of it fits."""
+    an expert-parallel group and its expert-TP ranks: ``dp = ep etp / gcd(ep etp, tp cp)``),
+    or of compute alone. The TP, CP and expert groups are those of any larger ``dp`` (the
+    expert grid's first ``ep x etp`` ranks of the stage), and the layout fits every cluster
+    a candidate of it fits."""
     index = np.asarray(index, dtype=np.int64)
     if not with_comm:
         return to_ps(table.cols["compute_s"][index])
     arrays, ones, zeros = table.arrays, np.ones(len(index), dtype=np.int64), np.zeros(len(index), dtype=np.int64)
-    ep, inner = arrays.ep[index], arrays.tp[index] * arrays.cp[index]
+    ep, inner = arrays.ep[index] * arrays.etp[index], arrays.tp[index] * arrays.cp[index]
     cands = CandidateArrays(index, ones, ep // np.gcd(ep, inner), ones, zeros, zeros, (DEFAULT_ORDER,))
     terms, _ = scn.placer.exact_terms(cands.degrees(arrays))
     return to_ps(kind_times(scn, table, cands, terms, zero_comm=False).total)
