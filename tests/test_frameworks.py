@@ -66,7 +66,7 @@ def tiny_moe_in_torchtitan(monkeypatch):
 # (framework, model, job options): together they reach every rule the search can meet
 SPACES = [
     ("megatron", GPT, {}),
-    ("megatron", MOE, {"overlap_grad_reduce": True}),
+    ("megatron", MOE, {"overlap_grad_reduce": True, "moe_dispatcher": "flex"}),
     ("megatron", GPT, {"optimizer": OptimizerSpec.of("adam", "bf16", "bf16"), "dtype": "fp8",
                        "fp8_param_gather": True}),  # on H100s: FP8
     ("deepspeed", GPT, {"overlap_grad_reduce": True}),
@@ -200,6 +200,7 @@ BREAKS = [
     ("megatron", "rank-order", GPT, dict(tp=2, pp=2, dp=4, rank_order="dp-tp-cp-ep-pp"), {}),
     ("megatron", "tp-pp-dp-mapping", GPT, dict(tp=1, pp=2, dp=4, cp=2, rank_order=PP_LAST), {}),
     ("megatron", "moe-tensor-parallel-needs-sp", MOE, dict(tp=2, pp=1, dp=8, ep=4, sp=False), {}),
+    ("megatron", "flex-dispatcher-needs-expert-ranks", MOE, dict(tp=1, pp=1, dp=16, ep=1), {"moe_dispatcher": "flex"}),
     ("megatron", "precision-aware-optimizer", GPT, dict(tp=1, pp=1, dp=16, zero=0),
      {"optimizer": OptimizerSpec.of("adam", "fp32", "bf16")}),
     ("megatron", "fp8-param-gather", GPT, dict(tp=1, pp=1, dp=16, zero=0), {"dtype": "fp8", "fp8_param_gather": True}),

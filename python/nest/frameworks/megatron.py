@@ -101,6 +101,12 @@ RULES = (
          "ordering, the data parallel size of the attention and moe layers must be the same\")",
          lambda m, j, c: same_layout(c, (DEFAULT_ORDER,)) | (c.pp == 1) | _expert_tp_times_ep_is_tp_times_cp(m, c),
          lambda m, j, cand: f"rank_order={DEFAULT_ORDER}"),
+    Rule("flex-dispatcher-needs-expert-ranks",
+         "the flex token dispatcher (DeepEP) runs over an expert-TP x EP group of more than one rank",
+         f"{_V014} megatron/core/transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher.__init__ (\"Flex "
+         "token dispatcher requires TPxEP > 1\", the expert-TP size times the EP size)",
+         lambda m, j, c: (c.ep * c.etp > 1) | (j.moe_dispatcher != "flex") | (not m.is_moe),
+         lambda m, j, cand: "an expert-parallel degree ep > 1 (or expert TP etp > 1), or moe_dispatcher=alltoall"),
     Rule("moe-tensor-parallel-needs-sp",
          "MoE layers with tensor parallelism need sequence parallelism",
          f"{_V014} megatron/core/transformer/moe/moe_layer.py MoELayer.forward",
