@@ -117,9 +117,10 @@ def cost_columns(size: int, values: dict) -> dict[str, np.ndarray]:
     return out
 
 
-def check_priceable(model: ModelSpec, job: JobSpec, e: int, max_micro_batch: int) -> None:
+def check_priceable(model: ModelSpec, job: JobSpec, e: int, max_micro_batch: int, max_etp: int = 1) -> None:
     """SpecError unless every integer column of the cost model stays exact in int64 for
-    micro-batches up to ``max_micro_batch``: every product below 2^62. All are largest at
+    micro-batches up to ``max_micro_batch`` (and expert TP up to ``max_etp``, whose ranks
+    keep their group's gathered tokens): every product below 2^62. All are largest at
     ``cp = tp = 1``; beyond them (sequences of tens of millions of tokens, or unfused
     attention over millions) the job is too large to price in integer bytes."""
     m, s, b = model, job.seq_len, max_micro_batch
@@ -129,6 +130,8 @@ def check_priceable(model: ModelSpec, job: JobSpec, e: int, max_micro_batch: int
     products = [m.num_heads * s * s * b * (2 * e + 1), 2 * b * s * s * (a.q_width + a.o_width),
                 e * s * b * (a.q_width + a.k_width + a.v_width + a.o_width + 3 * ffn + 3 * m.ffn_hidden),
                 4 * n * m.vocab_size, 8 * n * m.hidden * e]
+    if max_etp > 1:  # the gathered fc1 inputs and probabilities of an expert-TP group
+        products.append(n * m.experts_per_token * max_etp * (e * m.hidden + 4))
     if max(products) >= _INT64_SAFE:
         raise SpecError(f"job = {job.global_batch} x {job.seq_len} tokens of {model.name}: too large to price "
                         f"in int64 bytes (micro-batch {b}: a node holds about {max(products):.3g} bytes)")
@@ -156,7 +159,7 @@ class NodeCostModel:
         """Columns :data:`COST_FIELDS` and :data:`OP_FIELDS` of ``kind`` for every
         configuration in ``c``."""
         if len(c):
-            check_priceable(self.model, self.job, self.e, int(c.micro_batch.max()))
+            check_priceable(self.model, self.job, self.e, int(c.micro_batch.max()), int(c.etp.max()))
         out = self._columns(kind, c)
         self._wait_for_host(kind, c, out)
         if kind == HEAD and self.model.mtp_layers:

@@ -125,7 +125,7 @@ class DeepSpeed(Framework):
 
     def limits(self, limits: SpaceLimits, model: ModelSpec, job: JobSpec) -> SpaceLimits:
         return narrowed(limits, vp=(1,), cp=(1,), sp=(False,), rank_orders=(DEFAULT_ORDER,),
-                        recompute=WHOLE_LAYERS)
+                        recompute=WHOLE_LAYERS, etp=(1,))
 
     def job_errors(self, model: ModelSpec, job: JobSpec) -> None:
         default_state(self.name, _V, job)

@@ -204,7 +204,7 @@ class Torchtitan(Framework):
 
     def limits(self, limits: SpaceLimits, model: ModelSpec, job: JobSpec) -> SpaceLimits:
         return narrowed(limits, rank_orders=(DEFAULT_ORDER,), zero=(0, 3), recompute=WHOLE_LAYERS, offload=(0.0,),
-                        act_offload=(0,))
+                        act_offload=(0,), etp=(1,))
 
     def job_defaults(self) -> dict:
         """FSDP2 always reduces gradients during the backward: the job overlaps them."""

@@ -104,8 +104,8 @@ def memory_bound(scn: Scenario, table: ConfigTable, partials: Partials) -> np.nd
     of one micro-batch per stage)."""
     per_config, fixed = memory_factors(scn, table)
     c, p, dp = partials.config, partials.pp, partials.dp
-    dense, cp, expert, tp_cp, ep, acts = per_config[c].T
-    return fixed[c] + (dense / (dp * cp) + expert / (tp_cp * dp // ep) + acts) / p
+    dense, cp, expert, tp_cp, ep_etp, acts = per_config[c].T
+    return fixed[c] + (dense / (dp * cp) + expert / (tp_cp * dp // ep_etp) + acts) / p
 
 
 def chunk_memory(scn: Scenario, table: ConfigTable, chunk: PartialChunk) -> np.ndarray:
@@ -114,8 +114,8 @@ def chunk_memory(scn: Scenario, table: ConfigTable, chunk: PartialChunk) -> np.n
     operations per partial, in the same order."""
     per_config, fixed = memory_factors(scn, table)
     first = np.concatenate(([0], np.flatnonzero(np.diff(chunk.owner)) + 1))
-    dense, cp, expert, tp_cp, ep, _ = per_config[chunk.config[first]].T
-    shared = dense / (chunk.dp * cp) + expert / (tp_cp * chunk.dp // ep)
+    dense, cp, expert, tp_cp, ep_etp, _ = per_config[chunk.config[first]].T
+    shared = dense / (chunk.dp * cp) + expert / (tp_cp * chunk.dp // ep_etp)
     owner = chunk.owner
     return fixed[chunk.config] + (shared[owner] + per_config[chunk.config, 5]) / chunk.pp[owner]
 
@@ -134,9 +134,9 @@ def candidate_memory_floor(scn: Scenario, table: ConfigTable, cands: CandidateAr
     per_config, fixed = memory_factors(scn, table)
     c, zero = cands.config, cands.zero
     opt, wb = scn.job.optimizer, scn.weight_bytes
-    dense, cp, expert, tp_cp, ep, acts = per_config[c].T
+    dense, cp, expert, tp_cp, ep_etp, acts = per_config[c].T
     frugal = wb + opt.grad_bytes + opt.sharded_bytes * (1 - scn.max_offload)
-    shards = {"dense": cands.dp * cp, "expert": tp_cp * cands.dp // ep}
+    shards = {"dense": cands.dp * cp, "expert": tp_cp * cands.dp // ep_etp}
     total = acts.astype(np.float64)
     per_param = {}
     for name, params in (("dense", dense / frugal), ("expert", expert / frugal)):
