@@ -343,7 +343,7 @@ def _tiny_cluster(memory_gib: float):
 @pytest.mark.parametrize("memory_gib", [80, 0.9])
 def test_the_search_with_expert_tp_is_the_exhaustive_optimum(memory_gib):
     """Two wide experts on 8 GPUs without ZeRO-2/3: brute force over every candidate
-    (expert TP dividing tp; dominated options too) and every split against both rankings.
+    (expert TP 1 or tp; dominated options too) and every split against both rankings.
     With little memory the optimum splits the experts over TP ranks, faster than any plan
     without expert TP."""
     job = JobSpec(global_batch=16, seq_len=1024, reserved_memory_bytes=0.25 * 2**30)
@@ -352,7 +352,7 @@ def test_the_search_with_expert_tp_is_the_exhaustive_optimum(memory_gib):
     limits = replace(EVERYTHING, zero=(0, 1))
     partials = enumerate_partials(TINY, cluster, job, scn.num_nodes, limits)
     cands = expand(partials, np.arange(len(partials)), limits)
-    assert {c.cfg.etp for c in cands} == {1, 2, 4, 8} and all(c.cfg.tp % c.cfg.etp == 0 for c in cands)
+    assert {c.cfg.etp for c in cands} == {1, 2, 4, 8} and all(c.cfg.etp in (1, c.cfg.tp) for c in cands)
     plan = assert_plans_are_optimal(TINY, cluster, job, limits, searched=SpaceLimits(zero=(0, 1)))
     if memory_gib < 1:
         assert plan.parallelism["expert_tp"] > 1
@@ -361,27 +361,30 @@ def test_the_search_with_expert_tp_is_the_exhaustive_optimum(memory_gib):
 
 
 def test_an_explicit_expert_tp_limit_searches_beyond_tp_exactly():
-    """``SpaceLimits.etp`` names degrees the default leaves out (etp above tp): the closed
-    form's optimum over that space is the brute force's."""
+    """``SpaceLimits.etp`` names degrees the default leaves out (etp between 1 and tp, and
+    above tp): the closed form's optimum over that space is the brute force's."""
     job = JobSpec(global_batch=8, seq_len=1024, reserved_memory_bytes=0.25 * 2**30)
     cluster = _tiny_cluster(0.9)
     limits = replace(EVERYTHING, etp=(2, 4), micro_batch=(1, 2))
     scn = Scenario(TINY, cluster, job)
     partials = enumerate_partials(TINY, cluster, job, scn.num_nodes, limits)
     cands = expand(partials, np.arange(len(partials)), limits)
-    assert any(c.cfg.etp > c.cfg.tp for c in cands) and {c.cfg.etp for c in cands} == {2, 4}
+    assert any(c.cfg.etp > c.cfg.tp for c in cands) and any(1 < c.cfg.etp < c.cfg.tp for c in cands)
+    assert {c.cfg.etp for c in cands} == {2, 4}
     optimum, _ = exhaustive_plans(TINY, cluster, job, limits)
     plan = nest.plan(TINY, cluster, job, limits=limits, ranking="closed-form")
     assert round(plan.closed_form_step_time_s * 1e12) == optimum
 
 
-def test_the_default_space_splits_experts_within_tp_and_dense_models_never():
+def test_the_default_space_splits_experts_over_tp_and_dense_models_never():
+    """By default a MoE configuration's experts are whole (etp 1) or split over its TP
+    group (etp = tp, Megatron's own default); a dense model's never."""
     job = JobSpec(global_batch=64, seq_len=1024)
     scn = Scenario(MOE, H100, job)
     partials = enumerate_partials(MOE, H100, job, scn.num_nodes)
     arrays = partials.config_arrays
     pairs = set(zip(arrays.tp.tolist(), arrays.etp.tolist()))
-    assert {etp for _, etp in pairs} == {1, 2, 4, 8} and all(tp % etp == 0 for tp, etp in pairs)
+    assert pairs == {(tp, etp) for tp in (1, 2, 4, 8) for etp in {1, tp}}
     gpt = nest.load_model("gpt-1.7b")
     nodes = Scenario(gpt, H100, job).num_nodes
     assert set(enumerate_partials(gpt, H100, job, nodes).config_arrays.etp.tolist()) == {1}

@@ -16,12 +16,16 @@ evaluate`` still accepts both.
 
 Context parallelism takes powers of two that keep at least ``MIN_CP_CHUNK`` tokens per
 rank and divide the sequence into ``2 cp`` load-balanced chunks. Expert parallelism
-takes divisors of the expert count, and expert tensor parallelism powers of two that
-divide the experts' width (:func:`expert_tensor_parallel_degrees`), with ``ep x etp``
-dividing ``tp x cp x dp`` (MoE parallel folding, Megatron-Core's expert grid: core_v0.14.0
-``parallel_state.py initialize_model_parallel`` requires the world to divide into ``etp x
-ep x pp``); by default only ``etp`` dividing ``tp``, which keeps each expert-TP group inside
-its TP group (one NVLink domain; ``SpaceLimits.etp`` searches others). Interleaving takes
+takes divisors of the expert count, and expert tensor parallelism ``etp`` 1 or ``tp``
+(:func:`expert_tensor_parallel_degrees`), with ``ep x etp`` dividing ``tp x cp x dp`` (MoE
+parallel folding, Megatron-Core's expert grid: core_v0.14.0 ``parallel_state.py
+initialize_model_parallel`` requires the world to divide into ``etp x ep x pp``): experts
+folded whole, or split like the dense layers over the TP group (Megatron's own default,
+``etp = tp``), whose ranks the expert grid's innermost ones are, one NVLink domain.
+``SpaceLimits.etp`` searches any other values (between 1 and ``tp``, or beyond it; the
+former would take DeepSeek-V3's partial candidates on 2048 GPUs from 13.9 M to 18.8 M,
+twice the 9.4 M without expert TP).
+Interleaving takes
 ``vp`` in ``VIRTUAL_STAGES`` when ``pp > 1``, ``pp x vp`` does not exceed the layer-graph
 nodes and the micro-batch count is a multiple of ``pp`` (Megatron-LM's requirement).
 """
@@ -149,24 +153,19 @@ def expert_parallel_degrees(model: ModelSpec) -> list[int]:
     return divisors(model.num_experts) if model.is_moe else [1]
 
 
-def expert_tensor_parallel_degrees(model: ModelSpec, max_tp: int, limit: tuple[int, ...] | None = None) -> list[int]:
-    """The expert tensor-parallel degrees to search: ``limit`` (checked), else the powers of
-    two up to ``max_tp`` that divide the experts' width (the search keeps those dividing
-    each candidate's ``tp``); 1 for dense models. Megatron-Core splits fc1's output and
-    fc2's input over the expert-TP ranks with ``divide`` (core_v0.14.0
-    ``extensions/transformer_engine.py TEGroupedLinear.__init__``)."""
+def expert_tensor_parallel_degrees(model: ModelSpec, tps, limit: tuple[int, ...] | None = None) -> list[int]:
+    """The expert tensor-parallel degrees to search: ``limit`` (checked), else 1 and the
+    tensor-parallel degrees ``tps`` (the search pairs each configuration with etp 1 or its
+    own tp); 1 for dense models. Megatron-Core splits fc1's output and fc2's input over the
+    expert-TP ranks with ``divide`` (core_v0.14.0 ``extensions/transformer_engine.py
+    TEGroupedLinear.__init__``), which every tp of a MoE model meets (:func:`check_tp`)."""
     if limit is not None:
         for etp in limit:
             check_etp(model, etp)
         return list(limit)
     if not model.is_moe:
         return [1]
-    degrees, etp = [], 1
-    while etp <= max_tp:
-        if model.moe_ffn_hidden % etp == 0:
-            degrees.append(etp)
-        etp *= 2
-    return degrees
+    return sorted({1, *(tp for tp in tps if model.moe_ffn_hidden % tp == 0)})
 
 
 def check_etp(model: ModelSpec, etp: int) -> None:
@@ -208,8 +207,8 @@ class PartialSpace:
             check_tp(model, cluster, tp)
         cps = list(limits.cp) if limits.cp is not None else context_parallel_degrees(job, self.devices)
         eps = list(limits.ep) if limits.ep is not None else expert_parallel_degrees(model)
-        etps = expert_tensor_parallel_degrees(model, max(tps, default=1), limits.etp)
-        self.etp_within_tp = limits.etp is None  # the default: etp divides tp
+        etps = expert_tensor_parallel_degrees(model, tps, limits.etp)
+        self.etp_of_tp = limits.etp is None  # the default: etp is 1 or the configuration's tp
         # the expert axis: (ep, etp) pairs, expert TP 1 first (its configurations keep the
         # order they have without expert TP)
         experts = [(ep, etp) for etp in sorted(etps, key=lambda x: x != 1) for ep in eps]
@@ -278,9 +277,10 @@ class PartialSpace:
             segments = []
             vs = [list(self.vps).index(1)] if 1 in self.vps.tolist() else list(range(len(self.vps)))
             for ti, tp, sp in pairs:
-                c, p, d, e, v = np.indices((len(cps), len(self.pps), len(self.dps), len(experts), len(vs)),
+                es = self._expert_axis(tp)
+                c, p, d, e, v = np.indices((len(cps), len(self.pps), len(self.dps), len(es), len(vs)),
                                            dtype=np.int64).reshape(5, -1)
-                v = np.array(vs, dtype=np.int64)[v]
+                e, v = es[e], np.array(vs, dtype=np.int64)[v]
                 ok, length = self._valid(tp, c, p, d, e, v)
                 c, p, d, e, v, length = c[ok], p[ok], d[ok], e[ok], v[ok], length[ok]
                 start = np.where(self.vps[v] == 1, self.starts[d], self.filtered_start[p, d])
@@ -310,6 +310,13 @@ class PartialSpace:
                                           self.etps[ep_i])
         self.configs = ConfigList(self.config_arrays)
 
+    def _expert_axis(self, tp: int) -> np.ndarray:
+        """The indices of the (ep, etp) pairs a configuration of ``tp`` may take (all, or
+        by default those with etp 1 or tp), ascending: the loops skip the others."""
+        if not self.etp_of_tp:
+            return np.arange(len(self.etps))
+        return np.flatnonzero((self.etps == 1) | (self.etps == tp))
+
     def _valid(self, tp, c, p, d, e, v):
         """Which loop combinations make partials, and how many each makes."""
         cp, pp, dp, ep, vp = self.cps[c], self.pps[p], self.dps[d], self.eps[e], self.vps[v]
@@ -319,9 +326,7 @@ class PartialSpace:
         if self.every_device:
             ok &= tp * cp * pp * dp == self.devices
         ok &= self.counts[d] > 0
-        ok &= (tp * cp * dp) % (ep * etp) == 0
-        if self.etp_within_tp:
-            ok &= tp % etp == 0
+        ok &= (tp * cp * dp) % (ep * etp) == 0  # the expert grid (the loops skip the default's other etp)
         ok &= (vp == 1) | ((pp > 1) & (pp * vp <= self.num_nodes))
         length = np.where(vp == 1, self.counts[d], self.keep_counts[p, d])
         return ok & (length > 0), length
@@ -336,9 +341,10 @@ class PartialSpace:
         if self.empty:
             return
         first = 0
-        shape = (len(self.pps), len(self.dps), len(self.eps), len(self.vps))
-        grid = np.indices(shape, dtype=np.int64).reshape(4, -1)
         for ti, tp, sp in self.pairs:
+            es = self._expert_axis(tp)
+            grid = np.indices((len(self.pps), len(self.dps), len(es), len(self.vps)), dtype=np.int64).reshape(4, -1)
+            grid[2] = es[grid[2]]
             for c0 in range(len(self.cps)):
                 p, d, e, v = grid
                 ok, length = self._valid(tp, c0, p, d, e, v)
