@@ -22,7 +22,9 @@ def blocks_of(plan: dict) -> list[int]:
 
 def megatron_read(text: str, world: int) -> dict:
     """What Megatron-LM builds from the arguments: degrees (dp = world / (tp pp cp),
-    ``initialize_model_parallel``), batch (``--global-batch-size`` over micro-batch x dp:
+    ``initialize_model_parallel``; the expert grid's expert TP, ``--expert-tensor-parallel-size``
+    defaulting to tp in ``validate_args``, and expert DP = world / (etp ep pp), with its
+    asserts), batch (``--global-batch-size`` over micro-batch x dp:
     the micro-batch calculator), layout, ZeRO stage (distributed optimizer, Megatron-FSDP
     sharding strategy), recomputation and the architecture."""
     tokens = shlex.split(text)
@@ -38,6 +40,12 @@ def megatron_read(text: str, world: int) -> dict:
     tp, pp = int(args["--tensor-model-parallel-size"]), int(args["--pipeline-model-parallel-size"])
     cp = int(args.get("--context-parallel-size", 1))
     dp = world // (tp * pp * cp)
+    # core_v0.14.0 parallel_state.py initialize_model_parallel: the expert RankGenerator
+    ep = int(args.get("--expert-model-parallel-size", 1))
+    etp = int(args.get("--expert-tensor-parallel-size", tp))
+    assert world % (etp * ep * pp) == 0
+    expert_dp = world // (etp * ep * pp)
+    assert "--use-tp-pp-dp-mapping" not in args or pp == 1 or expert_dp == dp
     micro, global_batch = int(args["--micro-batch-size"]), int(args["--global-batch-size"])
     layers = int(args["--num-layers"])
     if "--pipeline-model-parallel-layout" in args:
@@ -84,7 +92,9 @@ def megatron_read(text: str, world: int) -> dict:
              "state": 2 * moment if args["--optimizer"] == "adam" else 4}
     return {"optimizer_state": state, "fp8_param_gather": "--fp8-param-gather" in args,
         "optimizer_offload_fraction": offload, "activation_offload_layers": act_offload,
-        "tp": tp, "pp": pp, "cp": cp, "dp": dp, "vp": vp, "ep": int(args.get("--expert-model-parallel-size", 1)),
+        "tp": tp, "pp": pp, "cp": cp, "dp": dp, "vp": vp, "ep": ep,
+        # a dense model has no experts to split (Megatron's default etp = tp then splits nothing)
+        "expert_tp": etp if "--num-experts" in args else 1, "expert_dp": expert_dp if "--num-experts" in args else None,
         "sp": "--sequence-parallel" in args, "zero": zero, "recompute": granularity or "none",
         "micro_batch": micro, "num_microbatches": global_batch // (micro * dp), "blocks": blocks,
         "pp_last": "--use-tp-pp-dp-mapping" in args, "global_batch": global_batch,
@@ -129,7 +139,7 @@ def deepspeed_read(text: str, world: int) -> dict:
             "global_batch": config["train_micro_batch_size_per_gpu"] * config["gradient_accumulation_steps"] * dp,
             "nodes": [b - a for a, b in zip(parts, parts[1:])], "ep": companion["expert_parallel"],
             "dtype": "bf16" if config["bf16"]["enabled"] else "fp16" if config["fp16"]["enabled"] else "fp32",
-            "overlap": config["zero_optimization"].get("overlap_comm", False),
+            "overlap": config["zero_optimization"].get("overlap_comm", False), "expert_tp": 1,
             "optimizer_offload_fraction": 1.0 if "offload_optimizer" in config["zero_optimization"] else 0.0,
             "activation_offload_layers": 0}
 
@@ -206,7 +216,7 @@ def torchtitan_read(text: str, num_layers: int) -> dict:
             "micro_batch": micro, "num_microbatches": microbatches, "global_batch": global_batch, "nodes": nodes,
             "seq_len": int(options["training.seq_len"]),
             "recompute": tokens[-1].split(":")[1], "module": tokens[1], "config": tokens[3],
-            "optimizer_offload_fraction": 0.0, "activation_offload_layers": 0,
+            "optimizer_offload_fraction": 0.0, "activation_offload_layers": 0, "expert_tp": 1,
             "dtype": {"bfloat16": "bf16", "float32": "fp32"}[options["training.mixed_precision_param"]]}
 
 
@@ -228,20 +238,22 @@ def assert_round_trip(plan: dict, fw: str) -> dict:
         assert got["optimizer_state"] == {"grad": opt.grad_bytes, "master": opt.master_bytes,
                                           "state": opt.state_bytes}
         assert got["fp8_param_gather"] == bool(job.get("fp8_param_gather"))
+        assert got["expert_dp"] in (None, p["expert_dp"])
+        assert (got["expert_dp"] is None) == (not spec["num_experts"])
         keys = ("tp", "pp", "cp", "dp", "vp", "ep", "sp", "zero", "recompute", "micro_batch", "num_microbatches",
-                "optimizer_offload_fraction", "activation_offload_layers")
+                "optimizer_offload_fraction", "activation_offload_layers", "expert_tp")
     elif fw == "deepspeed":
         got = deepspeed_read(text, world)
         assert got["nodes"] == nodes and got["dtype"] == job["dtype"]
         assert got["overlap"] == bool(job.get("overlap_grad_reduce")) or p["zero"] == 0
         keys = ("tp", "pp", "cp", "dp", "vp", "ep", "sp", "zero", "recompute", "micro_batch", "num_microbatches",
-                "optimizer_offload_fraction", "activation_offload_layers")
+                "optimizer_offload_fraction", "activation_offload_layers", "expert_tp")
     else:
         got = torchtitan_read(text, plan["model"]["layers"])
         assert got["nodes"] == nodes and got["dtype"] == job["dtype"] and got["seq_len"] == job["seq_len"]
         assert (got["module"], got["config"]) == registry_entry(plan["model"]["spec"])
         keys = ("tp", "pp", "cp", "dp", "vp", "ep", "sp", "zero", "recompute", "micro_batch", "num_microbatches",
-                "optimizer_offload_fraction", "activation_offload_layers")
+                "optimizer_offload_fraction", "activation_offload_layers", "expert_tp")
     assert got["global_batch"] == job["global_batch"]
     assert {k: got[k] for k in keys} == {k: p[k] for k in keys}
     return got

@@ -64,14 +64,14 @@ def exhaustive_plans(model, cluster, job, limits: SpaceLimits) -> tuple[int, flo
     return best, min(steps)
 
 
-def assert_plans_are_optimal(model, cluster, job, limits: SpaceLimits):
+def assert_plans_are_optimal(model, cluster, job, limits: SpaceLimits, searched: SpaceLimits | None = None):
     """Both rankings against :func:`exhaustive_plans`: ``ranking="closed-form"`` returns
     the closed form's optimum; the default ranking's candidate, before its split is
     polished, has the fastest schedule of any candidate's DP split, and polishing only
     makes it faster. The searches run the default space but for ``limits.offload`` (the
-    exhaustive space's dominated options aside, the same). Returns the plan."""
+    exhaustive space's dominated options aside, the same), or ``searched``. Returns the plan."""
     optimum, fastest = exhaustive_plans(model, cluster, job, limits)
-    same = SpaceLimits(offload=limits.offload)
+    same = SpaceLimits(offload=limits.offload) if searched is None else searched
     closed_form = nest.plan(model, cluster, job, ranking="closed-form", limits=same)
     assert round(closed_form.closed_form_step_time_s * PS) == optimum
     scn = Scenario(model, cluster, job)
@@ -84,13 +84,14 @@ def assert_plans_are_optimal(model, cluster, job, limits: SpaceLimits):
     return plan
 
 
-def assert_bounds_below_objective(model, cluster, job, *, seed: int, sample: int) -> None:
+def assert_bounds_below_objective(model, cluster, job, *, seed: int, sample: int,
+                                  limits: SpaceLimits = SpaceLimits()) -> None:
     """lb1 (partials), lb2 (full candidates) and the table bound of ``sample`` random
-    partials, expanded over every ZeRO stage and rank order, never exceed the exact
-    objective the DP finds for them (memory aside: the bounds are on time), and lb2
-    bounds something."""
+    partials of the space ``limits`` gives, expanded over every ZeRO stage and rank order,
+    never exceed the exact objective the DP finds for them (memory aside: the bounds are on
+    time), and lb2 bounds something."""
     scn = Scenario(model, cluster, job)
-    partials = enumerate_partials(model, cluster, job, scn.num_nodes, SpaceLimits())
+    partials = enumerate_partials(model, cluster, job, scn.num_nodes, limits)
     table = scn.config_table(partials.configs, partials.config_arrays)
     rng = np.random.default_rng(seed)
     pick = rng.choice(len(partials), size=min(sample, len(partials)), replace=False)

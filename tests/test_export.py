@@ -119,7 +119,8 @@ def test_megatron_architecture_flags_of_moe_and_mla():
     assert args["--q-lora-rank"] == "1536" and args["--qk-pos-emb-head-dim"] == "64"
     assert args["--moe-layer-freq"] == "[" + ",".join(["0"] * 3 + ["1"] * 58) + "]"
     assert args["--moe-router-topk"] == "8" and args["--moe-shared-expert-intermediate-size"] == "2048"
-    assert args["--expert-tensor-parallel-size"] == "1"
+    # always given for a MoE model (Megatron's default is tp): the plan's expert TP
+    assert args["--expert-tensor-parallel-size"] == str(plan["parallelism"]["expert_tp"])
 
 
 def test_deepspeed_batch_is_derived_from_its_own_data_parallel_size():

@@ -66,7 +66,7 @@ def tiny_moe_in_torchtitan(monkeypatch):
 # (framework, model, job options): together they reach every rule the search can meet
 SPACES = [
     ("megatron", GPT, {}),
-    ("megatron", MOE, {"overlap_grad_reduce": True}),
+    ("megatron", MOE, {"overlap_grad_reduce": True, "moe_dispatcher": "flex"}),
     ("megatron", GPT, {"optimizer": OptimizerSpec.of("adam", "bf16", "bf16"), "dtype": "fp8",
                        "fp8_param_gather": True}),  # on H100s: FP8
     ("deepspeed", GPT, {"overlap_grad_reduce": True}),
@@ -207,6 +207,7 @@ BREAKS = [
     ("megatron", "rank-order", GPT, dict(tp=2, pp=2, dp=4, rank_order="dp-tp-cp-ep-pp"), {}),
     ("megatron", "tp-pp-dp-mapping", GPT, dict(tp=1, pp=2, dp=4, cp=2, rank_order=PP_LAST), {}),
     ("megatron", "moe-tensor-parallel-needs-sp", MOE, dict(tp=2, pp=1, dp=8, ep=4, sp=False), {}),
+    ("megatron", "flex-dispatcher-needs-expert-ranks", MOE, dict(tp=1, pp=1, dp=16, ep=1), {"moe_dispatcher": "flex"}),
     ("megatron", "precision-aware-optimizer", GPT, dict(tp=1, pp=1, dp=16, zero=0),
      {"optimizer": OptimizerSpec.of("adam", "fp32", "bf16")}),
     ("megatron", "fp8-param-gather", GPT, dict(tp=1, pp=1, dp=16, zero=0), {"dtype": "fp8", "fp8_param_gather": True}),
@@ -233,6 +234,8 @@ BREAKS = [
     ("torchtitan", "no-optimizer-offload", DEBUG, dict(tp=1, pp=1, dp=16, zero=3, optimizer_offload=1.0), {}),
     ("torchtitan", "no-activation-offload", DEBUG, dict(tp=1, pp=1, dp=16, zero=3, activation_offload=1), {}),
     ("deepspeed", "no-activation-offload", GPT, dict(tp=1, pp=1, dp=16, zero=1, activation_offload=2), {}),
+    ("deepspeed", "no-expert-tensor-parallel", MOE, dict(tp=1, pp=1, dp=16, ep=2, etp=2), {}),
+    ("torchtitan", "no-expert-tensor-parallel", MOE, dict(tp=1, pp=1, dp=16, ep=2, etp=2, zero=3), {}),
 ]
 
 
@@ -244,7 +247,7 @@ def test_every_rule_has_a_breaking_configuration():
 
 
 @pytest.mark.parametrize("fw,rule,model,config,options", BREAKS, ids=[f"{f}-{r}" for f, r, *_ in BREAKS])
-def test_evaluate_names_the_broken_rule(fw, rule, model, config, options):
+def test_evaluate_names_the_broken_rule(fw, rule, model, config, options, tiny_moe_in_torchtitan):
     config = {"micro_batch": 1, "recompute": "none", **config}
     jobspec = nest.job_spec(model, global_batch=16, framework=fw, **{"seq_len": 1024, **options})
     preset = "dgx-h100" if jobspec.dtype == "fp8" else "dgx-a100"
@@ -259,7 +262,7 @@ def test_evaluate_names_the_broken_rule(fw, rule, model, config, options):
 def _columns(config: dict, jobspec: JobSpec):
     cfg = LayerConfig(config.get("tp", 1), config.get("sp", False), config["micro_batch"],
                       config["recompute"], True, config.get("cp", 1), config.get("ep", 1),
-                      config.get("activation_offload", 0))
+                      config.get("activation_offload", 0), config.get("etp", 1))
     cand = Candidate(cfg, config["pp"], config["dp"], config.get("vp", 1), config.get("zero", 0),
                      config.get("rank_order", DEFAULT_ORDER), config.get("optimizer_offload", 0.0))
     return Columns.of_candidate(cand)

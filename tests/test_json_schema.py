@@ -65,6 +65,10 @@ PLANS = {  # command lines whose stdout is a plan document
                              "--optimizer-state-dtype", "bf16", "--reserved-gib", "3", "--host-threads", "4",
                              "--moe-dispatcher", "flex", "--dtype", "fp8", "--fp8-param-gather",
                              "--fp8-recipe", "tensorwise", "--activation-offload-handler", "v2", "--moe-load-cv", "0.3"],
+    # expert tensor parallelism (parallelism.expert_tp and placement.ranks[].expert_tp > 0)
+    "evaluate-expert-tp": ["evaluate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--devices", "64",
+                           "--tp", "4", "--pp", "1", "--dp", "16", "--ep", "4", "--etp", "4", "--mbs", "1", "--sp",
+                           "--distributed-optimizer"],
     # no host preset (cluster.host null), no published run, the python engine
     "evaluate-tpu-python-engine": ["evaluate", "--model", "gpt-1.7b", "--cluster", "tpuv4-fattree", "--devices",
                                    "64", "--tp", "2", "--pp", "2", "--dp", "16", "--mbs", "1", "--engine", "python"],

@@ -156,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
                                "default 0)")
     evaluate.add_argument("--cp", type=positive_int, default=1, help="context-parallel degree")
     evaluate.add_argument("--ep", type=positive_int, default=1, help="expert-parallel degree")
+    evaluate.add_argument("--etp", type=positive_int, default=1,
+                          help="expert tensor-parallel degree (each routed expert split over ETP ranks)")
     evaluate.add_argument("--vp", type=positive_int, default=1,
                           help="virtual pipeline stages per device (interleaved 1F1B)")
     evaluate.add_argument("--rank-order", default=DEFAULT_ORDER,
@@ -391,7 +393,8 @@ def _run(args) -> int:
         if missing:
             raise SpecError(f"evaluate: missing {', '.join(missing)} (the configuration to cost)")
         result = evaluate(sp=args.sp, distributed_optimizer=args.distributed_optimizer, zero=args.zero,
-                          cp=args.cp, ep=args.ep, vp=args.vp, rank_order=args.rank_order, ranking=args.ranking,
+                          cp=args.cp, ep=args.ep, etp=args.etp, vp=args.vp, rank_order=args.rank_order,
+                          ranking=args.ranking,
                           optimizer_offload=args.optimizer_offload, activation_offload=args.activation_offload,
                           **fixed, **common)
     if args.command == "evaluate" and (args.simulate or args.timeline):

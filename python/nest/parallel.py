@@ -1,8 +1,8 @@
 """The parallel configuration: one home for the degrees and the settings that go with them.
 
 * :class:`LayerConfig` fixes what shapes one node's compute and memory on one device:
-  tensor, context and expert parallel degrees, sequence parallelism, micro-batch,
-  recomputation, and whether the head stage keeps a copy of tied embeddings.
+  tensor, context, expert and expert tensor parallel degrees, sequence parallelism,
+  micro-batch, recomputation, and whether the head stage keeps a copy of tied embeddings.
 * :class:`Candidate` adds the pipeline and data-parallel degrees, the virtual stages per
   pipeline rank (interleaving), the ZeRO stage and the rank order: one point of the
   search space. :meth:`Candidate.parallelism` is the ``parallelism`` object of a plan's
@@ -13,7 +13,12 @@
 
 Rank orders name the parallel dimensions innermost first (Megatron-LM's default
 ``tp-cp-ep-dp-pp``: tensor-parallel peers are adjacent ranks, pipeline stages farthest
-apart); :mod:`nest.network.layout` turns one into device positions.
+apart); :mod:`nest.network.layout` turns one into device positions. Experts fold into
+the ranks of a pipeline stage as Megatron-Core's expert grid does (core_v0.14.0
+``megatron/core/parallel_state.py initialize_model_parallel``: the expert
+``RankGenerator`` takes the same order string with ``tp`` the expert tensor-parallel
+degree and ``dp`` the expert data-parallel one): a stage's ``tp x cp x dp`` ranks in
+ascending order are ``etp x ep x expert_dp``, expert TP innermost.
 """
 
 from __future__ import annotations
@@ -135,6 +140,9 @@ class LayerConfig:
     # the transformer layers, first ones first, whose activations Transformer Engine
     # offloads to the host between their forward and backward (nest.cost.activation_offload)
     act_offload: int = 0
+    # expert tensor parallelism: each routed expert's MLP split over etp ranks
+    # (Megatron's --expert-tensor-parallel-size; 1 for dense models)
+    etp: int = 1
 
 
 @dataclass(frozen=True)
@@ -161,8 +169,9 @@ class Candidate:
 
     @property
     def expert_dp(self) -> int:
-        """Ranks holding the same experts (MoE parallel folding with expert TP = 1)."""
-        return self.cfg.tp * self.cfg.cp * self.dp // self.cfg.ep
+        """Ranks holding the same expert shards: a stage's ``tp x cp x dp`` ranks over
+        ``ep x etp`` (MoE parallel folding)."""
+        return self.cfg.tp * self.cfg.cp * self.dp // (self.cfg.ep * self.cfg.etp)
 
     def degrees(self) -> dict[str, int]:
         """The degrees a rank order lays out (expert ranks fold into the stage's ranks)."""
@@ -175,18 +184,18 @@ class Candidate:
                 "vp": self.vp, "zero": self.zero, "distributed_optimizer": self.zero >= 1,
                 "recompute": cfg.recompute, "micro_batch": cfg.micro_batch,
                 "num_microbatches": micro_batches, "rank_order": self.order,
-                "expert_tp": 1, "expert_dp": self.expert_dp, "optimizer_offload_fraction": self.offload,
+                "expert_tp": cfg.etp, "expert_dp": self.expert_dp, "optimizer_offload_fraction": self.offload,
                 "activation_offload_layers": cfg.act_offload}
 
     @staticmethod
     def of_parallelism(parallelism: dict, head_needs_embedding: bool) -> "Candidate":
         """The candidate of a plan's ``parallelism`` object (``head_needs_embedding``: the
         model's :attr:`~nest.specs.ModelSpec.head_needs_embedding`, which decides the head
-        stage's copy of the embedding)."""
+        stage's copy of the embedding; a document without ``expert_tp`` has 1)."""
         p = parallelism
         cfg = LayerConfig(p["tp"], bool(p["sp"]), p["micro_batch"], p["recompute"],
                           head_needs_embedding and p["pp"] > 1, p.get("cp", 1), p.get("ep", 1),
-                          p.get("activation_offload_layers", 0))
+                          p.get("activation_offload_layers", 0), p.get("expert_tp", 1))
         return Candidate(cfg, p["pp"], p["dp"], p.get("vp", 1), p.get("zero", 0),
                          p.get("rank_order", DEFAULT_ORDER), p.get("optimizer_offload_fraction", 0.0))
 
@@ -204,10 +213,13 @@ class ConfigArrays:
     cp: np.ndarray
     ep: np.ndarray
     act_offload: np.ndarray | None = None  # None: no layer offloads
+    etp: np.ndarray | None = None  # None: expert TP 1 everywhere
 
     def __post_init__(self):
         if self.act_offload is None:
             object.__setattr__(self, "act_offload", np.zeros(len(self.tp), dtype=np.int64))
+        if self.etp is None:
+            object.__setattr__(self, "etp", np.ones(len(self.tp), dtype=np.int64))
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -218,16 +230,18 @@ class ConfigArrays:
         col = lambda get, dtype=np.int64: np.array([get(c) for c in configs], dtype=dtype)  # noqa: E731
         return ConfigArrays(col(lambda c: c.tp), col(lambda c: c.sp, bool), col(lambda c: c.micro_batch),
                             col(lambda c: mode[c.recompute]), col(lambda c: c.tied_copy, bool),
-                            col(lambda c: c.cp), col(lambda c: c.ep), col(lambda c: c.act_offload))
+                            col(lambda c: c.cp), col(lambda c: c.ep), col(lambda c: c.act_offload),
+                            col(lambda c: c.etp))
 
     def take(self, index: np.ndarray) -> "ConfigArrays":
         return ConfigArrays(*(getattr(self, f)[index] for f in
-                              ("tp", "sp", "micro_batch", "recompute", "tied_copy", "cp", "ep", "act_offload")))
+                              ("tp", "sp", "micro_batch", "recompute", "tied_copy", "cp", "ep", "act_offload",
+                               "etp")))
 
     def config(self, i: int) -> LayerConfig:
         return LayerConfig(int(self.tp[i]), bool(self.sp[i]), int(self.micro_batch[i]),
                            RECOMPUTE_MODES[int(self.recompute[i])], bool(self.tied_copy[i]),
-                           int(self.cp[i]), int(self.ep[i]), int(self.act_offload[i]))
+                           int(self.cp[i]), int(self.ep[i]), int(self.act_offload[i]), int(self.etp[i]))
 
 
 class ConfigList(Sequence):
@@ -292,7 +306,7 @@ class CandidateArrays:
         """The candidates' degrees and rank orders, their layer configurations' from
         ``arrays`` (the columns ``config`` indexes)."""
         return DegreeColumns(arrays.tp[self.config], arrays.cp[self.config], arrays.ep[self.config], self.dp,
-                             self.pp, self.order, self.orders)
+                             self.pp, self.order, self.orders, arrays.etp[self.config])
 
     @staticmethod
     def of(cands: Sequence[Candidate]) -> tuple[list[LayerConfig], "CandidateArrays"]:
@@ -320,15 +334,20 @@ class DegreeColumns:
     pp: np.ndarray
     order: np.ndarray
     orders: tuple[str, ...]
+    etp: np.ndarray | None = None  # None: expert TP 1 everywhere
+
+    def __post_init__(self):
+        if self.etp is None:
+            object.__setattr__(self, "etp", np.ones(len(self.tp), dtype=np.int64))
 
     def __len__(self) -> int:
         return len(self.tp)
 
     def keys(self):
-        """``(tp, cp, dp, pp, ep, order name)`` of every candidate: what its placement
-        depends on."""
+        """``(tp, cp, dp, pp, ep, order name, etp)`` of every candidate: what its
+        placement depends on."""
         return zip(self.tp.tolist(), self.cp.tolist(), self.dp.tolist(), self.pp.tolist(), self.ep.tolist(),
-                   (self.orders[o] for o in self.order.tolist()))
+                   (self.orders[o] for o in self.order.tolist()), self.etp.tolist())
 
 
 @dataclass(frozen=True)
@@ -353,6 +372,8 @@ class SpaceLimits:
     # transformer layers whose activations offload (configurations without recomputation
     # on one pipeline stage; None: none)
     act_offload: tuple[int, ...] | None = None
+    # expert tensor-parallel degrees (None: the search's default, nest.search.space)
+    etp: tuple[int, ...] | None = None
 
     def orders(self) -> tuple[str, ...]:
         """The rank orders to search (validated): the limit, else :data:`RANK_ORDERS`."""

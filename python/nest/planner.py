@@ -43,7 +43,7 @@ from .schedule.step import batch_step_s
 from .schedule.tasks import BatchTasks
 from .search.problems import build_problem, dp_rows, ends_of
 from .search.search import NoFullUse, SearchOutcome, check_ranking, framework_split, polish, polish_split, search
-from .search.space import check_tp, model_recompute_modes
+from .search.space import check_etp, check_tp, model_recompute_modes
 from .specs import ClusterSpec, JobSpec, ModelSpec
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | None
 
     ``model`` and ``cluster`` are specs or preset names (a preset cluster at its default
     size); ``job`` defaults to the model's published batch and sequence length.
-    ``limits`` restricts the joint space (TP, PP, DP, CP, EP, VP, micro-batch,
+    ``limits`` restricts the joint space (TP, PP, DP, CP, EP, expert TP, VP, micro-batch,
     recomputation, SP, ZeRO stage, rank order). ``source`` replaces the analytic node
     costs (measured profiles; see :mod:`nest.cost.scenario`). The stage DP splits each
     candidate by the closed form of its schedule; ``ranking`` compares candidates by the
@@ -166,8 +166,9 @@ def _idle_reason(scn: Scenario, limits: SpaceLimits, engine: str, threads: int |
         return str(error)
     p = full.parallelism
     slower = full.step_time_s / best.step_time_s - 1
+    etp = f" ETP {p['expert_tp']}" if p.get("expert_tp", 1) > 1 else ""
     return (f"the fastest plan using all {devices} (TP {p['tp']} PP {p['pp']} DP {p['dp']} CP {p['cp']} "
-            f"EP {p['ep']} VP {p['vp']}) takes {full.step_time_s:.4g} s, {100 * slower:.1f}% slower")
+            f"EP {p['ep']}{etp} VP {p['vp']}) takes {full.step_time_s:.4g} s, {100 * slower:.1f}% slower")
 
 
 def _best_polished(scn: Scenario, finalists: list[SearchOutcome], engine: str) -> tuple[SearchOutcome, list[int]]:
@@ -186,8 +187,13 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
              distributed_optimizer: bool = False, zero: int | None = None, cp: int = 1, ep: int = 1,
              vp: int = 1, rank_order: str = DEFAULT_ORDER, layers_per_stage: list[int] | None = None,
              optimizer_offload: float = 0.0, activation_offload: int = 0, engine: str = "cpp",
-             threads: int | None = None, source=None, ranking: str = "schedule", explain: bool = True) -> Plan:
+             threads: int | None = None, source=None, ranking: str = "schedule", explain: bool = True,
+             etp: int = 1) -> Plan:
     """Cost one fixed configuration; with ``layers_per_stage`` also a fixed split.
+
+    ``etp`` is the expert tensor-parallel degree (Megatron's
+    ``--expert-tensor-parallel-size``): each routed expert split over ``etp`` ranks of the
+    expert grid ``etp x ep x expert_dp`` a stage's ``tp x cp x dp`` ranks fold into.
 
     ``zero`` is the ZeRO stage (0-3); ``distributed_optimizer=True`` is ZeRO-1 (Megatron's
     name for it). ``optimizer_offload`` is the fraction of each rank's optimizer state
@@ -207,8 +213,9 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
     started = time.perf_counter()
     threads = checked_threads(threads)
     sp, distributed_optimizer = checked_switch("sp", sp), checked_switch("distributed_optimizer", distributed_optimizer)
-    tp, pp, dp, micro_batch, cp, ep, vp = (checked_degree(name, value) for name, value in (
-        ("tp", tp), ("pp", pp), ("dp", dp), ("micro_batch", micro_batch), ("cp", cp), ("ep", ep), ("vp", vp)))
+    tp, pp, dp, micro_batch, cp, ep, vp, etp = (checked_degree(name, value) for name, value in (
+        ("tp", tp), ("pp", pp), ("dp", dp), ("micro_batch", micro_batch), ("cp", cp), ("ep", ep), ("vp", vp),
+        ("etp", etp)))
     if zero is not None:
         zero = checked_degree("zero", zero, low=0)
     offload = check_fraction(optimizer_offload)
@@ -226,8 +233,8 @@ def evaluate(model: ModelSpec | str, cluster: ClusterSpec | str, job: JobSpec | 
     if offload and not zero:
         raise SpecError(f"optimizer_offload = {offload:g}: needs a sharded optimizer (zero >= 1, "
                         "distributed_optimizer)")
-    cand = Candidate(_fixed_config(scn, tp, sp, micro_batch, recompute, cp, ep, pp, layers), pp, dp, vp, zero,
-                     rank_order, offload)
+    cand = Candidate(_fixed_config(scn, tp, sp, micro_batch, recompute, cp, ep, pp, layers, etp), pp, dp, vp,
+                     zero, rank_order, offload)
     _check_fixed(scn, cand, layers_per_stage)
     fw = framework(job.framework)
     fw.check(model, job, cand)
@@ -318,12 +325,13 @@ def _positive(name: str, value) -> None:
         raise SpecError(f"{name} = {value!r}: must be a positive integer")
 
 
-def _fixed_config(scn: Scenario, tp, sp, micro_batch, recompute, cp, ep, pp, act_offload=0) -> LayerConfig:
+def _fixed_config(scn: Scenario, tp, sp, micro_batch, recompute, cp, ep, pp, act_offload=0, etp=1) -> LayerConfig:
     for name, value in (("tp", tp), ("pp", pp), ("micro_batch", micro_batch), ("cp", cp), ("ep", ep)):
         _positive(name, value)
     check_tp(scn.model, scn.cluster, tp)
+    check_etp(scn.model, etp)
     return LayerConfig(tp, sp, micro_batch, recompute, scn.model.head_needs_embedding and pp > 1, cp, ep,
-                       act_offload)
+                       act_offload, etp)
 
 
 def _check_fixed(scn: Scenario, cand: Candidate, layers) -> None:
@@ -360,6 +368,11 @@ def _check_fixed(scn: Scenario, cand: Candidate, layers) -> None:
     if scn.model.is_moe and (scn.model.num_experts % cfg.ep or (cfg.tp * cfg.cp * cand.dp) % cfg.ep):
         raise SpecError(f"ep = {cfg.ep}: must divide num_experts ({scn.model.num_experts}) and "
                         f"tp * cp * dp ({cfg.tp * cfg.cp * cand.dp})")
+    if (cfg.tp * cfg.cp * cand.dp) % (cfg.ep * cfg.etp):
+        # Megatron-Core's expert grid: the world divides into etp x ep x pp
+        # (core_v0.14.0 parallel_state.py initialize_model_parallel)
+        raise SpecError(f"etp = {cfg.etp}: ep * etp = {cfg.ep * cfg.etp} must divide tp * cp * dp "
+                        f"({cfg.tp * cfg.cp * cand.dp})")
     parse_order(cand.order)
     if layers is not None:
         text = ",".join(map(str, layers))

@@ -37,10 +37,11 @@ nest/report/plan.schema.json (package data); among them
     node ids (strings) on a graph; ``stages[].ranks`` lists the ranks themselves.
 ``placement``
     where every rank runs: ``{"device_order": "index" | "graph", "hosts": H, "ranks":
-    [{"rank", "tp", "cp", "dp", "pp", "ep", "expert_dp", "device", "host", "slot"}, ...]}``
+    [{"rank", "tp", "cp", "dp", "pp", "ep", "expert_dp", "expert_tp", "device", "host", "slot"}, ...]}``
     with one entry per rank in rank order. ``tp cp dp pp`` are the rank's coordinates
-    under the plan's rank order, ``ep`` and ``expert_dp`` its place in the MoE folding
-    (position in its expert-parallel run of the stage's ranks, and that run);
+    under the plan's rank order, ``expert_tp``, ``ep`` and ``expert_dp`` its place in the
+    MoE folding's expert grid (a stage's ranks in ascending order as ``etp x ep x
+    expert_dp``, expert TP innermost: :func:`~nest.network.layout.expert_groups`);
     ``device`` as in ``stages[].devices``; ``host`` the machine (``node<i>`` = tier-0
     group on hierarchical clusters; a graph device's ``host`` attribute, else the device)
     and ``slot`` the device's position among its host's devices (its local rank).
@@ -233,7 +234,7 @@ def build_plan(scn: Scenario, cand: Candidate, problem: DPProblem, local: int, e
 
     layout = Layout.of(cand)
     stage_of = layout.coordinates()["pp"]
-    where = rank_placement(scn.cluster, layout, cfg.ep)
+    where = rank_placement(scn.cluster, layout, cfg.ep, cfg.etp)
     names = scn.source.names
     # .tolist() and map: plain ints and the placement's own entries without a Python-level
     # loop per element (one takes seconds at millions of ranks)

@@ -74,7 +74,12 @@ per token routed to this rank (each of ``k`` copies, padded by the capacity fact
 grouped fc1 input ``q h``, its output ``e G f_e``, the activation output ``q f_e`` and the
 fp32 routing probability (4 bytes, applied inside the activation, so the expert output is
 not kept); the busiest expert-parallel rank holds the load imbalance's share more
-(:mod:`nest.cost.imbalance`). Dispatch and
+(:mod:`nest.cost.imbalance`). With expert tensor parallelism (``etp`` > 1) a rank's
+grouped fc1 takes the tokens its expert-TP group gathered (core_v0.14.0
+``token_dispatcher.py MoEAlltoAllTokenDispatcher.dispatch_postprocess``; the flex
+dispatcher sends them all), ``etp`` times its own, and keeps that input and their
+probabilities, while its fc1 output and activation are ``1/etp`` as wide
+(``experts.py TEGroupedMLP``): per routed copy ``etp (q h + 4) + e G f_e + q f_e``. Dispatch and
 combine keep only index maps. Shared experts add their MLP intermediates.
 
 Output layer and loss: the final norm's input and statistics, the output layer's input
@@ -222,14 +227,16 @@ class Activations:
         (``keep``), its output (``norm_out``: the MoE input, dropped by ``layernorm``), the
         router's fp32 logits and scores (``router``), the shared experts' intermediates
         (``shared``, inside); per routed token on the expert rank the activation output
-        (``act``, dropped by ``moe_act``) and the rest (fc1 input and output, probability)."""
+        (``act``, dropped by ``moe_act``) and the rest (fc1 input and output, probability),
+        of which ``gathered`` (fc1 input and probability) is kept once per expert-TP rank
+        whose tokens the expert sees."""
         m, e, h = self.model, self.e, self.model.hidden
         shared = m.num_shared_experts * m.moe_ffn_hidden
         fp8_shared = h if shared and self.fp8_copy else 0
         f, q = m.moe_ffn_hidden, self.q
         return {"keep": e * h + self.stats + (h if m.dropout else 0), "norm_out": e * h + fp8_shared,
                 "router": 2 * 4 * m.num_experts, "shared": self.mlp(shared) if shared else 0,
-                "act": q * f, "routed": q * h + e * self.gated() * f + 4}
+                "act": q * f, "routed": q * h + e * self.gated() * f + 4, "gathered": q * h + 4}
 
     # -- activation offload ---------------------------------------------------------------
 
@@ -326,9 +333,9 @@ class Activations:
             kept = kept + small(n * m.num_heads // t, 4)
         if m.qk_norm and not m.kv_lora_rank:
             kept = kept + small(n * m.num_heads // t, 4) + small(n * m.num_kv_heads // t, 4)
-        if moe:
+        if moe:  # one probability per routed copy its expert-TP group gathered
             routed = np.ceil(n / rep * m.experts_per_token * self.expert_tokens(c)).astype(np.int64)
-            kept = kept + small(routed, 4)
+            kept = kept + small(c.etp * routed, 4)
         return np.broadcast_to(np.asarray(kept, dtype=np.int64), (len(c),))
 
     def _offloaded_v2(self, c: ConfigArrays, moe: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -361,8 +368,10 @@ class Activations:
             keep_out += e["keep"]
             parts["norm_out"] = parts["norm_out"] + n * e["norm_out"] // rep
             parts["act"] = np.ceil(padded * e["act"]).astype(np.int64)
+            # without ``act``; expert TP: the fc1 input and probabilities of etp ranks' tokens
+            per_copy = e["routed"] + (c.etp - 1) * e["gathered"]
             parts["moe"] = (n * e["router"] // rep + n * e["shared"] // t
-                            + np.ceil(padded * e["routed"]).astype(np.int64))  # without ``act``
+                            + np.ceil(padded * per_copy).astype(np.int64))
             parts["mlp"] = zero
         else:
             d = self.dense_mlp()

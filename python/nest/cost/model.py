@@ -7,9 +7,11 @@ Blocks with routed experts have kind ``moe``, the others ``block``.
 Parameters follow Megatron-LM's layouts: QKV and fc1 are column-parallel, the
 attention projection and fc2 row-parallel, embeddings and the LM head
 vocabulary-parallel; norms and row-parallel biases are replicated. Routed experts are
-split over expert-parallel ranks without tensor parallelism inside an expert (expert
-TP = 1, Megatron-Core's MoE parallel folding); shared experts are tensor-parallel like a
-dense MLP; the router is replicated.
+split over expert-parallel ranks and each expert over ``etp`` expert-tensor-parallel ranks
+(fc1 column-parallel, fc2 row-parallel: Megatron-Core core_v0.14.0
+``transformer/moe/experts.py TEGroupedMLP``, whose grouped linears divide the width by
+the expert-TP size, ``extensions/transformer_engine.py TEGroupedLinear``); shared experts
+are tensor-parallel like a dense MLP; the router is replicated.
 
 Multi-token prediction modules (DeepSeek-V3) belong to the head node: Megatron-Core runs
 them on the output layer's pipeline stage, after the last block and with the loss
@@ -123,14 +125,15 @@ def block_params(model: ModelSpec, tp: int = 1) -> float:
     return _attention_params(model, tp) + split / tp + replicated + _norm_params(model)
 
 
-def moe_block_params(model: ModelSpec, tp: int = 1, ep: int = 1) -> tuple[float, float]:
+def moe_block_params(model: ModelSpec, tp: int = 1, ep: int = 1, etp: int = 1) -> tuple[float, float]:
     """(dense, expert) parameters of one MoE block on one rank.
 
     Dense: attention, norms, router and shared experts (tensor-parallel). Expert: the
-    routed experts, ``num_experts / ep`` of them whole on each rank.
+    routed experts, ``num_experts / ep`` of them on each rank, each split ``etp`` ways
+    (its row-parallel bias replicated).
     """
     expert_split, expert_replicated = _mlp_params(model, model.moe_ffn_hidden)
-    expert = model.num_experts * (expert_split + expert_replicated) / ep
+    expert = model.num_experts * (expert_split / etp + expert_replicated) / ep
     dense = _attention_params(model, tp) + _norm_params(model) + model.hidden * model.num_experts
     dense += model.num_shared_experts * (expert_split / tp + expert_replicated)
     return dense, expert
@@ -154,13 +157,13 @@ def mtp_layer_is_moe(model: ModelSpec) -> bool:
     return model.is_moe_block(model.num_layers - 1)
 
 
-def mtp_params(model: ModelSpec, tp: int = 1, ep: int = 1) -> tuple[float, float]:
+def mtp_params(model: ModelSpec, tp: int = 1, ep: int = 1, etp: int = 1) -> tuple[float, float]:
     """(dense, expert) parameters of one multi-token prediction module on one rank: its
     norms, ``eh_proj`` and transformer layer (the shared embedding and output layer are
     not its own)."""
     own = 3 * _norm_params(model) + 2 * model.hidden * model.hidden / tp
     if mtp_layer_is_moe(model):
-        dense, expert = moe_block_params(model, tp, ep)
+        dense, expert = moe_block_params(model, tp, ep, etp)
         return own + dense, expert
     return own + block_params(model, tp), 0.0
 
@@ -214,15 +217,16 @@ def active_parameter_count(model: ModelSpec) -> int:
                  + head_params(model))
 
 
-def node_params(model: ModelSpec, kind: str, tp: int, tied_copy: bool, ep: int = 1) -> tuple[int, int]:
-    """(dense, expert) parameters per device of a node of ``kind``, rounded up."""
+def node_params(model: ModelSpec, kind: str, tp: int, tied_copy: bool, ep: int = 1, etp: int = 1) -> tuple[int, int]:
+    """(dense, expert) parameters per device of a node of ``kind`` (experts over ``ep x
+    etp`` ranks), rounded up."""
     if kind == EMBEDDING:
         dense, expert = embedding_params(model, tp), 0.0
     elif kind == BLOCK:
         dense, expert = block_params(model, tp), 0.0
     elif kind == MOE:
-        dense, expert = moe_block_params(model, tp, ep)
+        dense, expert = moe_block_params(model, tp, ep, etp)
     else:
-        dense, expert = mtp_params(model, tp, ep)
+        dense, expert = mtp_params(model, tp, ep, etp)
         dense, expert = head_params(model, tp, tied_copy) + model.mtp_layers * dense, model.mtp_layers * expert
     return math.ceil(dense), math.ceil(expert)

@@ -13,11 +13,21 @@ forward). Activation memory is what Megatron-Core with Transformer Engine keeps
 (:mod:`nest.cost.activations`); selective recomputation drops the attention core, full
 recomputation keeps only the block input.
 
-Experts (expert TP = 1): with sequence parallelism each rank routes its own ``b s / (cp
-tp)`` tokens to ``top-k`` experts; dispatch and combine are all-to-alls of ``tokens x k x
-hidden`` over the expert-parallel group, forward and backward (and again in a full
-recomputation). The capacity factor pads expert GEMMs to capacity (dropless: 1; the flex
-dispatcher does not pad).
+Experts: with sequence parallelism each rank routes its own ``b s / (cp tp)`` tokens to
+``top-k`` experts; dispatch and combine are all-to-alls of ``tokens x k x hidden`` over the
+expert-parallel group, forward and backward (and again in a recomputation that repeats
+the MoE layer). The capacity factor pads expert GEMMs to capacity (dropless: 1; the flex
+dispatcher does not pad). With expert tensor parallelism (``etp`` > 1; Megatron-Core
+core_v0.14.0 ``token_dispatcher.py MoEAlltoAllTokenDispatcher``) the alltoall
+dispatcher all-gathers the received tokens over the expert-TP group after the dispatch
+(``dispatch_postprocess``: ``gather_from_sequence_parallel_region``) and reduce-scatters
+the experts' partial outputs before the combine (``combine_preprocess``:
+``reduce_scatter_to_sequence_parallel_region``): each is ``etp x received x hidden``
+bytes, priced on the expert-TP group (``etp_*`` columns), and each expert's fc1 and fc2
+(column- and row-parallel, ``experts.py TEGroupedMLP``) run on ``etp`` times the tokens
+at ``1/etp`` of the width. The flex dispatcher has no such collectives: it sends every
+token to each expert-TP rank of its experts over the expert-TP x EP group
+(``MoEFlexTokenDispatcher``), ``etp`` times the all-to-all bytes.
 
 Kernel times come from :class:`nest.cost.compute.KernelModel` (the efficiency curves of
 :mod:`nest.cost.efficiency`): with FP8 the linear layers' GEMMs run in FP8 and quantize
@@ -75,11 +85,15 @@ SHARE_FIELDS = ("recompute_tp_share", "recompute_ep_share", "mlp_fwd_s", "mlp_bw
 expert compute apart from the rest, nothing offloads, no host wait: a measured profile's
 times already hold it)."""
 
-OP_FIELDS = ("tp_count", "tp_bytes", "ep_count", "ep_bytes")
+OP_FIELDS = ("tp_count", "tp_bytes", "ep_count", "ep_bytes", "etp_count", "etp_bytes")
 """``[configuration, slot]`` columns: the ``(count, bytes)`` of the node's tensor-parallel
 all-reduce equivalents (all-gather + reduce-scatter pairs with sequence parallelism cost
-the same) and of its expert-parallel all-to-alls (bytes each rank sends), in order,
-padded with count 0 and bytes 0 (no operation)."""
+the same), of its expert-parallel all-to-alls (bytes each rank sends) and of its
+expert-tensor-parallel all-gathers and reduce-scatters (the gathered buffer's bytes), in
+order, padded with count 0 and bytes 0 (no operation)."""
+
+OPTIONAL_OP_FIELDS = ("etp_count", "etp_bytes")
+"""The :data:`OP_FIELDS` a source may leave out (no expert tensor parallelism)."""
 
 INT_FIELDS = ("cp_steps_fwd", "cp_steps_bwd", "params_dense", "params_expert", "act_bytes", "out_bytes",
               "transient_bytes", "offload_freed_bytes", "offload_copied_bytes")
@@ -94,7 +108,7 @@ def cost_columns(size: int, values: dict) -> dict[str, np.ndarray]:
     with the dtypes the planner expects."""
     column = lambda value, dtype=np.float64: np.ascontiguousarray(  # noqa: E731
         np.broadcast_to(np.asarray(value), (size,)), dtype=dtype)
-    values = {**dict.fromkeys(SHARE_FIELDS, 0.0), **values}
+    values = {**dict.fromkeys(SHARE_FIELDS, 0.0), **{name: np.zeros(1) for name in OPTIONAL_OP_FIELDS}, **values}
     out = {name: column(values[name], np.int64 if name in INT_FIELDS else np.float64) for name in COST_FIELDS}
     for name in OP_FIELDS:
         slots = np.asarray(values[name], dtype=np.float64)
@@ -103,9 +117,10 @@ def cost_columns(size: int, values: dict) -> dict[str, np.ndarray]:
     return out
 
 
-def check_priceable(model: ModelSpec, job: JobSpec, e: int, max_micro_batch: int) -> None:
+def check_priceable(model: ModelSpec, job: JobSpec, e: int, max_micro_batch: int, max_etp: int = 1) -> None:
     """SpecError unless every integer column of the cost model stays exact in int64 for
-    micro-batches up to ``max_micro_batch``: every product below 2^62. All are largest at
+    micro-batches up to ``max_micro_batch`` (and expert TP up to ``max_etp``, whose ranks
+    keep their group's gathered tokens): every product below 2^62. All are largest at
     ``cp = tp = 1``; beyond them (sequences of tens of millions of tokens, or unfused
     attention over millions) the job is too large to price in integer bytes."""
     m, s, b = model, job.seq_len, max_micro_batch
@@ -115,6 +130,8 @@ def check_priceable(model: ModelSpec, job: JobSpec, e: int, max_micro_batch: int
     products = [m.num_heads * s * s * b * (2 * e + 1), 2 * b * s * s * (a.q_width + a.o_width),
                 e * s * b * (a.q_width + a.k_width + a.v_width + a.o_width + 3 * ffn + 3 * m.ffn_hidden),
                 4 * n * m.vocab_size, 8 * n * m.hidden * e]
+    if max_etp > 1:  # the gathered fc1 inputs and probabilities of an expert-TP group
+        products.append(n * m.experts_per_token * max_etp * (e * m.hidden + 4))
     if max(products) >= _INT64_SAFE:
         raise SpecError(f"job = {job.global_batch} x {job.seq_len} tokens of {model.name}: too large to price "
                         f"in int64 bytes (micro-batch {b}: a node holds about {max(products):.3g} bytes)")
@@ -142,14 +159,19 @@ class NodeCostModel:
         """Columns :data:`COST_FIELDS` and :data:`OP_FIELDS` of ``kind`` for every
         configuration in ``c``."""
         if len(c):
-            check_priceable(self.model, self.job, self.e, int(c.micro_batch.max()))
+            check_priceable(self.model, self.job, self.e, int(c.micro_batch.max()), int(c.etp.max()))
         out = self._columns(kind, c)
         self._wait_for_host(kind, c, out)
         if kind == HEAD and self.model.mtp_layers:
             out = self._with_mtp(c, out)
-        keys = np.stack([c.tp, c.tied_copy.astype(np.int64), c.ep], axis=1)
-        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
-        params = [node_params(self.model, kind, int(tp), bool(tied), int(ep)) for tp, tied, ep in unique]
+        # parameters depend on (tp, tied copy, ep, etp) only: one mixed-radix key per row
+        # (a 1-D unique is far faster than np.unique(axis=0) over hundreds of thousands)
+        key = np.zeros(len(c), dtype=np.int64)
+        for column in (c.tp, c.tied_copy.astype(np.int64), c.ep, c.etp):
+            key = key * (int(column.max(initial=0)) + 1) + column
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        params = [node_params(self.model, kind, int(c.tp[i]), bool(c.tied_copy[i]), int(c.ep[i]), int(c.etp[i]))
+                  for i in first.tolist()]
         out["params_dense"] = np.array([p[0] for p in params], dtype=np.int64)[inverse.ravel()]
         out["params_expert"] = np.array([p[1] for p in params], dtype=np.int64)[inverse.ravel()]
         out["compute_s"] = out["fwd_s"] + out["bwd_s"] + out["recompute_s"]
@@ -281,7 +303,9 @@ class NodeCostModel:
         routed = local * m.experts_per_token
         padded = routed * self.acts.expert_tokens(c)  # what the busiest expert rank computes
         experts_here = m.num_experts / c.ep
-        gemm, _ = self._mlp(m.moe_ffn_hidden, padded / experts_here, 1)
+        # expert TP: each expert's fc1 and fc2 see the tokens of the whole expert-TP group
+        # at 1/etp of the width (the element-wise work stays the same)
+        gemm, _ = self._mlp(m.moe_ffn_hidden, c.etp * padded / experts_here, c.etp)
         gemm = gemm * experts_here
         activation = k.stream(3 * padded * m.moe_ffn_hidden * e, kernels=experts_here.astype(np.int64))
         experts = gemm + activation
@@ -293,9 +317,13 @@ class NodeCostModel:
         # also sorts the received tokens by local expert and back when a rank holds
         # several (core_v0.14.0 token_dispatcher.py MoEAlltoAllTokenDispatcher
         # dispatch_postprocess / combine_preprocess, "Permutation 2")
-        sorts = np.where((experts_here > 1) & (self.job.moe_dispatcher == "alltoall"), 2, 0)
+        # "Permutation 2" sorts what the expert-TP all-gather returns; the flex dispatcher
+        # permutes the tokens it receives, each routed copy once per expert-TP rank
+        flex = self.job.moe_dispatcher == "flex"
+        sorts = np.where((experts_here > 1) & (not flex), 2, 0)
         received = routed * self.acts.expert_load(c)  # the busiest rank's
-        permute = k.stream((4 * routed + 2 * sorts * received) * m.hidden * e, kernels=4 + sorts)
+        permuted = routed * (c.etp if flex else 1)
+        permute = k.stream((4 * permuted + 2 * sorts * (c.etp * received)) * m.hidden * e, kernels=4 + sorts)
         return experts + router, permute, routed, activation, experts
 
     def _up_projections(self, c):
@@ -344,7 +372,13 @@ class NodeCostModel:
             extra_tp = np.where(rows, sum(module_tp.get(x, 0) for x in modules), extra_tp)
             extra_ep = np.where(rows, sum(module_ep.get(x, 0) for x in modules), extra_ep)
         extra_tp, extra_ep = np.where(full, tp_fwd, extra_tp), np.where(full, 2, extra_ep)
-        has_tp, has_ep = c.tp > 1, (c.ep > 1) & moe
+        # the flex dispatcher all-to-alls over the expert-TP x EP group, etp copies of each
+        # routed token; the alltoall one over the EP group, then gathers over expert TP
+        flex = self.job.moe_dispatcher == "flex"
+        has_tp, has_ep = c.tp > 1, (c.ep * (c.etp if flex else 1) > 1) & moe
+        has_etp = (c.etp > 1) & moe & (not flex)
+        received = routed * self.acts.expert_load(c) * self.model.hidden * self.e
+        gathered = c.etp * received
         kv = self.job.seq_len // c.cp * c.micro_batch * (self.attn.k_width + self.attn.v_width)
         kv = kv * self.e / c.tp
         steps = c.cp - 1
@@ -357,8 +391,11 @@ class NodeCostModel:
             "cp_steps_bwd": steps,
             "ep_count": _where(has_ep, 4 + extra_ep, 0)[..., None],
             # the busiest rank receives (dispatch) and sends back (combine) its load's share
-            "ep_bytes": np.asarray(_where(has_ep, routed * self.acts.expert_load(c) * self.model.hidden * self.e,
-                                          0.0))[..., None],
+            "ep_bytes": np.asarray(_where(has_ep, gathered if flex else received, 0.0))[..., None],
+            # the expert-TP all-gather after the dispatch and reduce-scatter before the
+            # combine, forward and backward, repeated with the dispatch by a recomputation
+            "etp_count": _where(has_etp, 4 + extra_ep, 0)[..., None],
+            "etp_bytes": np.asarray(_where(has_etp, gathered, 0.0))[..., None],
             "act_bytes": kept,
             "out_bytes": hidden_bytes // self._replicated(c),
             "transient_bytes": transient,
@@ -437,10 +474,10 @@ class NodeCostModel:
         out = {name: np.asarray(v) for name, v in head.items()}
         for name in ("fwd_s", "bwd_s", "recompute_s", "host_s", "mlp_fwd_s", "mlp_bwd_s", "act_bytes"):
             out[name] = (1 + d) * out.get(name, 0.0) + d * mtp[name]
-        for name in ("core_fwd_s", "core_bwd_s", "cp_fwd_bytes", "cp_bwd_bytes", "ep_bytes",
+        for name in ("core_fwd_s", "core_bwd_s", "cp_fwd_bytes", "cp_bwd_bytes", "ep_bytes", "etp_bytes",
                      "offload_freed_bytes", "offload_copied_bytes"):
             out[name] = mtp[name]
-        for name in ("cp_steps_fwd", "cp_steps_bwd", "ep_count"):
+        for name in ("cp_steps_fwd", "cp_steps_bwd", "ep_count", "etp_count"):
             out[name] = d * mtp[name]
         out["transient_bytes"] = np.maximum(out["transient_bytes"], mtp["transient_bytes"])
         size = len(c)
@@ -498,7 +535,8 @@ def _no_comm(fwd, bwd, recompute, act, out, transient, tp_ops):
     """The columns of a node without ring-attention or expert traffic."""
     columns = {"fwd_s": fwd, "bwd_s": bwd, "recompute_s": recompute, "core_fwd_s": 0.0,
                "core_bwd_s": 0.0, "cp_fwd_bytes": 0.0, "cp_bwd_bytes": 0.0, "cp_steps_fwd": 0,
-               "cp_steps_bwd": 0, "ep_count": np.zeros(1), "ep_bytes": np.zeros(1), "act_bytes": act,
+               "cp_steps_bwd": 0, "ep_count": np.zeros(1), "ep_bytes": np.zeros(1), "etp_count": np.zeros(1),
+               "etp_bytes": np.zeros(1), "act_bytes": act,
                "out_bytes": out, "transient_bytes": transient}
     columns.update(tp_ops)
     return columns

@@ -18,7 +18,13 @@ its kernels hold SMs the compute then lacks (:data:`NCCL_COMM_SMS`, Transformer 
 critical path (Megatron's defaults); with ``job.tp_comm_overlap`` the TP ones of groups
 inside one NVLink domain (the innermost tier) are exposed as :func:`tp_exposed`, and with
 ``job.overlap_moe_expert_parallel_comm`` the EP ones where Megatron overlaps them
-(:func:`ep_overlapped`) as :func:`ep_pair_exposed`. The end-of-step sync (:func:`sync_columns`): ZeRO-0 all-reduces
+(:func:`ep_overlapped`) as :func:`ep_pair_exposed`. The expert-tensor-parallel all-gathers
+and reduce-scatters of a MoE layer (the ``etp_*`` columns) count with its EP
+communication (the ``ep`` cause, ``ep_comm`` of a plan's breakdown) and are always
+exposed: Megatron runs them inside the expert computation on the compute stream, also
+under its combined 1F1B (core_v0.14.0 ``moe_layer.py MoELayer.experts_compute``:
+``dispatch_postprocess`` and ``combine_preprocess``), where they lengthen the compute
+the all-to-alls hide behind. The end-of-step sync (:func:`sync_columns`): ZeRO-0 all-reduces
 fp32 gradients; 1 reduce-scatters gradients and all-gathers the updated weights
 (Megatron's distributed optimizer); 2 has reduced gradients per micro-batch and
 all-gathers the weights; 3 does nothing (weights stay sharded). Dense weights sync over
@@ -226,19 +232,26 @@ def kind_times(scn: Scenario, table: ConfigTable, cands: CandidateArrays, terms:
     ring = cp_degree > 1
     cp, cp_forward = np.where(ring, cp, 0.0), np.where(ring, cp_forward, 0.0)
     ep = _slots_sum(col("ep_count") * (slot(terms.ep[0]) + slot(terms.ep[1]) * col("ep_bytes")))
+    etp = 0.0  # a table without expert TP (dense models, etp 1) has no gathers to price
+    if table.cached("has_expert_tp", lambda: bool(table.cols["etp_count"].any())):
+        etp = _slots_sum(col("etp_count") * reduce_scatter_s(slot(terms.expert_tp[0]), slot(terms.expert_tp[1]),
+                                                             col("etp_bytes")))
     compute = col("compute_s")
     overlapped = ep_overlapped(scn, table, cands)
     if overlapped.any():
-        # one dispatch or combine (the layer's four all-to-alls alike: no moe recompute)
+        # one dispatch or combine (the layer's four all-to-alls alike: no moe recompute);
+        # the expert-TP gathers run with the experts, half in each pass
         a2a = one(terms.ep[0]) + one(terms.ep[1]) * col("ep_bytes")[:, :, 0]
         mlp_f, mlp_b = col("mlp_fwd_s"), col("mlp_bwd_s")
-        pair = ep_pair_exposed(a2a, col("fwd_s") - mlp_f, mlp_f, mlp_b, col("bwd_s") - mlp_b + col("recompute_s"))
+        attn_f, attn_b = col("fwd_s") - mlp_f, col("bwd_s") - mlp_b + col("recompute_s")
+        pair = ep_pair_exposed(a2a, attn_f, mlp_f + etp / 2, mlp_b + etp / 2, attn_b)
         alone = one(unpaired_share(scn, table, cands))
         # while a hidden all-to-all runs, compute has EP_COMM_SMS fewer SMs: it loses
         # that share of the hidden time (devices without an SM count: none)
         contention = sm_share(scn, EP_COMM_SMS)
         exposed = pair + alone * (ep - pair) + (1 - alone) * (ep - pair) * contention
         ep = np.where(one(overlapped) & (ep > 0), exposed, ep)
+    ep = ep + etp
     # the compute stream's waits for activation-offload copies (nest.cost.activation_offload)
     offload_forward = col("offload_fwd_s")
     offload = offload_forward + col("offload_bwd_s")

@@ -55,6 +55,7 @@ class Columns:
     order: np.ndarray
     offload: np.ndarray  # optimizer-offload fraction
     act_offload: np.ndarray  # transformer layers whose activations offload
+    etp: np.ndarray  # expert tensor-parallel degree
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -66,7 +67,7 @@ class Columns:
         order = np.array(cands.orders, dtype=object)[cands.order] if len(cands) else np.zeros(0, dtype=object)
         return Columns(arrays.tp[c], arrays.sp[c], arrays.cp[c], arrays.ep[c], cands.dp, cands.pp, cands.vp,
                        cands.zero, arrays.micro_batch[c], arrays.recompute[c], order, cands.offload,
-                       arrays.act_offload[c])
+                       arrays.act_offload[c], arrays.etp[c])
 
     @staticmethod
     def of_candidate(cand: Candidate) -> "Columns":
@@ -105,6 +106,13 @@ class Rule:
         offload (:mod:`nest.cost.activation_offload`)."""
         return Rule("no-activation-offload", text, source, lambda m, j, c: c.act_offload == 0,
                     lambda m, j, cand: "activation_offload=0")
+
+    @staticmethod
+    def no_expert_tensor_parallel(text: str, source: str) -> "Rule":
+        """The ``no-expert-tensor-parallel`` rule of a framework that does not split an
+        expert's MLP over the expert grid's ranks as Megatron-Core does."""
+        return Rule("no-expert-tensor-parallel", text, source, lambda m, j, c: c.etp == 1,
+                    lambda m, j, cand: "etp=1")
 
     @staticmethod
     def fixed_order(text: str, source: str) -> "Rule":

@@ -82,6 +82,12 @@ RULES = (
          f"{_V} deepspeed/utils/groups.py _create_expert_and_data_parallel",
          lambda m, j, c: (c.ep == 1) | (c.tp == 1),
          lambda m, j, cand: "tp=1, or ep=1"),
+    Rule.no_expert_tensor_parallel(
+        "expert tensor parallelism (MoE(enable_expert_tensor_parallelism=True)) splits experts over the model's "
+        "own tensor-parallel group with expert-parallel groups over the data-parallel ranks, not Megatron's "
+        "expert grid nest prices",
+        f"{_V} deepspeed/moe/layer.py MoE._create_process_groups and deepspeed/utils/groups.py "
+        "_create_expert_data_and_model_parallel"),
     Rule("moe-zero3",
          "DeepSpeed's native MoE layers (deepspeed.moe.layer.MoE) do not run under ZeRO-3",
          f"{_V} deepspeed/runtime/engine.py DeepSpeedEngine._validate_zero3_moe_compatibility",
@@ -119,7 +125,7 @@ class DeepSpeed(Framework):
 
     def limits(self, limits: SpaceLimits, model: ModelSpec, job: JobSpec) -> SpaceLimits:
         return narrowed(limits, vp=(1,), cp=(1,), sp=(False,), rank_orders=(DEFAULT_ORDER,),
-                        recompute=WHOLE_LAYERS)
+                        recompute=WHOLE_LAYERS, etp=(1,))
 
     def job_errors(self, model: ModelSpec, job: JobSpec) -> None:
         default_state(self.name, _V, job)

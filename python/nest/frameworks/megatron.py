@@ -43,7 +43,11 @@ What the plan's settings become:
   (``OMP_NUM_THREADS``, one under torchrun by default).
 * The rank order ``tp-cp-ep-dp-pp`` is Megatron's default, ``tp-cp-ep-pp-dp`` is
   ``--use-tp-pp-dp-mapping`` (``megatron/training/initialize.py _initialize_distributed``);
-  experts fold into the data-parallel ranks with ``--expert-tensor-parallel-size 1``.
+  experts fold into a stage's ranks as the grid ``etp x ep x expert_dp`` with
+  ``--expert-tensor-parallel-size etp`` (always emitted for MoE models: its default is
+  ``tp``, ``validate_args``), whose ranks ``megatron/core/parallel_state.py
+  initialize_model_parallel`` generates from the same order string with ``tp`` the expert
+  TP degree (the expert ``RankGenerator``): expert TP innermost, nest's expert grid.
 * Architecture, batch and precision flags come from the model and the job (FP8:
   ``--fp8-format hybrid --fp8-recipe delayed``, Megatron's default recipe, named).
 
@@ -72,9 +76,10 @@ _V014 = "Megatron-LM core_v0.14.0"
 
 
 def _expert_tp_times_ep_is_tp_times_cp(model: ModelSpec, c: Columns) -> np.ndarray:
-    """``etp x ep == tp x cp`` of Megatron's two rank grids: nest sets ``etp = 1`` for MoE
-    models; a dense model has ``ep = 1`` and Megatron's default ``etp = tp``."""
-    return c.ep == c.tp * c.cp if model.is_moe else c.cp == 1
+    """``etp x ep == tp x cp`` of Megatron's two rank grids (then the expert data-parallel
+    size is the data-parallel one): a MoE model's ``--expert-tensor-parallel-size``; a
+    dense model has ``ep = 1`` and Megatron's default ``etp = tp``."""
+    return c.ep * c.etp == c.tp * c.cp if model.is_moe else c.cp == 1
 
 
 RULES = (
@@ -96,6 +101,12 @@ RULES = (
          "ordering, the data parallel size of the attention and moe layers must be the same\")",
          lambda m, j, c: same_layout(c, (DEFAULT_ORDER,)) | (c.pp == 1) | _expert_tp_times_ep_is_tp_times_cp(m, c),
          lambda m, j, cand: f"rank_order={DEFAULT_ORDER}"),
+    Rule("flex-dispatcher-needs-expert-ranks",
+         "the flex token dispatcher (DeepEP) runs over an expert-TP x EP group of more than one rank",
+         f"{_V014} megatron/core/transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher.__init__ (\"Flex "
+         "token dispatcher requires TPxEP > 1\", the expert-TP size times the EP size)",
+         lambda m, j, c: (c.ep * c.etp > 1) | (j.moe_dispatcher != "flex") | (not m.is_moe),
+         lambda m, j, cand: "an expert-parallel degree ep > 1 (or expert TP etp > 1), or moe_dispatcher=alltoall"),
     Rule("moe-tensor-parallel-needs-sp",
          "MoE layers with tensor parallelism need sequence parallelism",
          f"{_V014} megatron/core/transformer/moe/moe_layer.py MoELayer.forward",
@@ -203,7 +214,7 @@ class Megatron(Framework):
             add("--sequence-parallel")
         if p.architecture()["num_experts"]:
             add("--expert-model-parallel-size", p.ep)
-            add("--expert-tensor-parallel-size", 1)
+            add("--expert-tensor-parallel-size", p.etp)
         if expressed_order({"tp": p.tp, "cp": p.cp, "dp": p.dp, "pp": p.pp}, p.order, ORDERS) == PP_LAST:
             add("--use-tp-pp-dp-mapping")
         if p.zero == 1:

@@ -30,6 +30,7 @@ class PlanReader:
         self.dp = self._degree(par, "dp")
         self.cp = self._degree(par, "cp", 1)
         self.ep = self._degree(par, "ep", 1)
+        self.etp = self._degree(par, "expert_tp", 1)
         self.vp = self._degree(par, "vp", 1)
         self.micro_batch = self._degree(par, "micro_batch")
         self.num_microbatches = self._degree(par, "num_microbatches")
@@ -172,5 +173,5 @@ class PlanReader:
         distributed optimizer folded in; ``head_needs_embedding``: the model's,
         :attr:`~nest.specs.ModelSpec.head_needs_embedding`)."""
         cfg = LayerConfig(self.tp, self.sp, self.micro_batch, self.recompute, head_needs_embedding and self.pp > 1,
-                          self.cp, self.ep, self.act_offload)
+                          self.cp, self.ep, self.act_offload, self.etp)
         return Candidate(cfg, self.pp, self.dp, self.vp, self.zero, self.order, self.offload)

@@ -163,6 +163,11 @@ RULES = (
          "efsdp = dp_shard x cp x tp / ep)",
          lambda m, j, c: (c.zero != 0) | ((c.cp == 1) & (c.ep == 1)),
          lambda m, j, cand: "zero=3"),
+    Rule.no_expert_tensor_parallel(
+        "experts are not split over tensor-parallel ranks: the sparse mesh is pp x dp_replicate x efsdp x ep "
+        "(0.2's expert_tensor_parallel_degree, ETP = 1 or TP, is gone)",
+        f"{_V} torchtitan/distributed/parallel_dims.py ParallelDims.build_mesh and torchtitan/config/configs.py "
+        "ParallelismConfig (expert_parallel_degree only)"),
     Rule("sequence-parallel",
          "tensor parallelism always shards the sequence (enable_sequence_parallel)",
          f"{_V} torchtitan/config/configs.py ParallelismConfig.enable_sequence_parallel",
@@ -199,7 +204,7 @@ class Torchtitan(Framework):
 
     def limits(self, limits: SpaceLimits, model: ModelSpec, job: JobSpec) -> SpaceLimits:
         return narrowed(limits, rank_orders=(DEFAULT_ORDER,), zero=(0, 3), recompute=WHOLE_LAYERS, offload=(0.0,),
-                        act_offload=(0,))
+                        act_offload=(0,), etp=(1,))
 
     def job_defaults(self) -> dict:
         """FSDP2 always reduces gradients during the backward: the job overlaps them."""

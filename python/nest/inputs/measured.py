@@ -54,6 +54,9 @@ class MeasuredSource:
         if configs.cp[i] != 1 or configs.ep[i] != 1:
             raise SpecError(f"cp = {configs.cp[i]}, ep = {configs.ep[i]}: measured profiles fix the context and "
                             "expert degrees they were measured with; use 1")
+        if configs.etp[i] != 1:
+            raise SpecError(f"etp = {configs.etp[i]}: measured profiles fix the expert tensor-parallel degree they "
+                            "were measured with; use 1")
         key = (int(configs.tp[i]), int(configs.micro_batch[i]), RECOMPUTE_MODES[int(configs.recompute[i])])
         if key not in self._rows:
             self._rows[key] = self.profile.node_costs(*key[:2], BYTES_PER_PARAMETER, key[2])
@@ -76,9 +79,9 @@ class MeasuredSource:
         return np.array([self._measured(configs, i)[node].model_flops for i in range(len(configs))], dtype=np.float64)
 
     def limits(self, **fixed) -> SpaceLimits:
-        """The search space a profile supports: its TP degrees, cp = ep = 1, no SP split,
-        the classic recomputation modes (a profile measures no modules)."""
-        values = {"tp": tuple(self.profile.tp_degrees), "cp": (1,), "ep": (1,), "sp": (False,),
+        """The search space a profile supports: its TP degrees, cp = ep = etp = 1, no SP
+        split, the classic recomputation modes (a profile measures no modules)."""
+        values = {"tp": tuple(self.profile.tp_degrees), "cp": (1,), "ep": (1,), "etp": (1,), "sp": (False,),
                   "recompute": CLASSIC_RECOMPUTE}
         values.update(fixed)
         return SpaceLimits(**values)

@@ -100,18 +100,34 @@ def joint_groups(layout: Layout, dims: tuple[str, ...], first_only: bool = False
     return np.flatnonzero(leader)[:, None] + offsets[None, :]
 
 
-def expert_groups(layout: Layout, ep: int) -> tuple[np.ndarray, np.ndarray]:
-    """(EP groups, expert-DP groups) under MoE parallel folding with expert TP = 1.
+def expert_groups(layout: Layout, ep: int, etp: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """(EP groups, expert-DP groups) of the expert grid (MoE parallel folding).
 
-    The tensor x context x data ranks of one pipeline stage, in rank order, are regrouped
-    into consecutive runs of ``ep`` (expert-parallel groups); ranks at the same position
-    of every run form an expert-data-parallel group.
+    The tensor x context x data ranks of one pipeline stage, in rank order, are the grid
+    ``etp x ep x expert_dp``, expert TP innermost (Megatron-Core core_v0.14.0
+    ``parallel_state.py initialize_model_parallel``, the expert ``RankGenerator`` with
+    ``tp = expert_tensor_parallel_size``): consecutive runs of ``ep x etp`` ranks, each
+    run's ranks at the same expert-TP position an expert-parallel group; ranks at the same
+    position of every run form an expert-data-parallel group.
     """
-    stage_ranks = joint_groups(layout, ("tp", "cp", "dp"))  # one row per stage
-    runs = stage_ranks.reshape(stage_ranks.shape[0], -1, ep)
-    ep_groups = runs.reshape(-1, ep)
-    edp_groups = runs.transpose(0, 2, 1).reshape(-1, runs.shape[1])
+    runs = _expert_grid(layout, ep, etp)  # [stage, expert_dp, ep, etp]
+    ep_groups = runs.transpose(0, 1, 3, 2).reshape(-1, ep)
+    edp_groups = runs.transpose(0, 2, 3, 1).reshape(-1, runs.shape[1])
     return ep_groups, edp_groups
+
+
+def expert_tp_groups(layout: Layout, ep: int, etp: int, with_ep: bool = False) -> np.ndarray:
+    """The expert-tensor-parallel groups of the expert grid (:func:`expert_groups`):
+    ``etp`` consecutive ranks of a stage; with ``with_ep`` the expert-TP x EP groups, whole
+    runs of ``ep x etp`` (the group a flex dispatcher all-to-alls over)."""
+    runs = _expert_grid(layout, ep, etp)
+    return runs.reshape(-1, ep * etp if with_ep else etp)
+
+
+def _expert_grid(layout: Layout, ep: int, etp: int) -> np.ndarray:
+    """``[stage, expert_dp, ep, etp]`` ranks of the expert grid."""
+    stage_ranks = joint_groups(layout, ("tp", "cp", "dp"))  # one row per stage
+    return stage_ranks.reshape(stage_ranks.shape[0], -1, ep, etp)
 
 
 # -- communicator families as mixed-radix sets -----------------------------------------
@@ -173,35 +189,51 @@ def joint_family(layout: Layout, dims: tuple[str, ...]) -> tuple[Dims, Dims]:
     return dims_of(layout, dims), dims_of(layout, others)
 
 
-def expert_families(layout: Layout, ep: int) -> tuple[tuple[Dims, Dims], tuple[Dims, Dims]] | None:
-    """(offsets, leaders) of the EP groups and of the expert-DP groups of
-    :func:`expert_groups`, or None when runs of ``ep`` do not split the stage's
-    dimensions (then only the explicit groups describe them).
+def expert_families(layout: Layout, ep: int, etp: int = 1) -> dict[str, tuple[Dims, Dims]] | None:
+    """(offsets, leaders) of the families of the expert grid (:func:`expert_groups`,
+    :func:`expert_tp_groups`): ``"ep"``, ``"expert_dp"``, ``"expert_tp"`` and
+    ``"expert_tp_ep"``; None when runs of ``etp`` and of ``ep x etp`` do not split the
+    stage's dimensions (then only the explicit groups describe them).
 
     A stage's tensor x context x data ranks in ascending order are the mixed-radix set of
-    those dimensions with the smallest stride as the fastest digit; a run of ``ep``
-    consecutive ranks fixes every digit but the first ones whose degrees multiply to
-    ``ep`` (the last of them possibly split), and the expert-DP group fixes exactly those.
+    those dimensions with the smallest stride as the fastest digit; the grid's digits are
+    the first ones whose degrees multiply to ``etp`` (expert TP), the next ones to ``ep``
+    (a dimension possibly split between them), and the rest (expert DP).
     """
     stage = dims_of(layout, ("tp", "cp", "dp"))
     outer = dims_of(layout, ("pp",))
-    need, run, rest = ep, [], []
-    for stride, degree in stage:
-        if need == 1:
-            rest.append((stride, degree))
-        elif need % degree == 0:
-            run.append((stride, degree))
-            need //= degree
-        elif degree % need == 0:
-            run.append((stride, need))
-            rest.append((stride * need, degree // need))
-            need = 1
-        else:
-            return None
-    if need != 1:
+    blocks = _digit_blocks(stage, (etp, ep))
+    if blocks is None:
         return None
-    run_dims, rest_dims = _merge(run), _merge(rest)
-    return (run_dims, _merge(rest_dims + outer)), (rest_dims, _merge(run_dims + outer))
+    inner, middle, rest = (_merge(b) for b in blocks)
+    return {"expert_tp": (inner, _merge(middle + rest + outer)), "ep": (middle, _merge(inner + rest + outer)),
+            "expert_dp": (rest, _merge(inner + middle + outer)),
+            "expert_tp_ep": (_merge(inner + middle), _merge(rest + outer))}
+
+
+def _digit_blocks(stage: Dims, sizes: tuple[int, ...]) -> list[list[tuple[int, int]]] | None:
+    """``stage``'s (stride, degree) digits, fastest first, cut into consecutive blocks whose
+    degrees multiply to each of ``sizes`` in turn, and the rest (a digit may be split
+    between blocks); None when they do not cut there."""
+    blocks: list[list[tuple[int, int]]] = []
+    digits = list(stage)
+    for need in sizes:
+        block = []
+        while need > 1:
+            if not digits:
+                return None
+            stride, degree = digits.pop(0)
+            if need % degree == 0:
+                block.append((stride, degree))
+                need //= degree
+            elif degree % need == 0:
+                block.append((stride, need))
+                digits.insert(0, (stride * need, degree // need))
+                need = 1
+            else:
+                return None
+        blocks.append(block)
+    return blocks + [digits]
 
 
 SMALL_PAIRS = 64
@@ -231,9 +263,9 @@ def boundary_tiers_reduced(layout: Layout, cluster: ClusterSpec, period: int) ->
 class RankPlacement:
     """Where every rank of a plan runs, as arrays indexed by rank.
 
-    ``coords[dim]`` for ``tp, cp, dp, pp`` (the layout) and ``ep, expert_dp`` (MoE
-    folding: a stage's tensor x context x data ranks in ascending order, cut into runs of
-    ``ep``; ``ep`` is the position in the run, ``expert_dp`` the run); ``device``: the
+    ``coords[dim]`` for ``tp, cp, dp, pp`` (the layout) and ``expert_tp, ep, expert_dp``
+    (MoE folding: a stage's tensor x context x data ranks in ascending order, the expert
+    grid ``etp x ep x expert_dp`` of :func:`expert_groups`); ``device``: the
     device index (hierarchical clusters) or node id as a string (graphs); ``hosts`` and
     ``host``: the machines and each rank's (tier-0 group ``node<i>`` on hierarchical
     clusters, the device's ``host`` attribute or the device itself on graphs); ``slot``:
@@ -250,20 +282,20 @@ class RankPlacement:
 
     def records(self) -> list[dict]:
         """One dict per rank: ``rank``, the coordinates, ``device``, ``host``, ``slot``."""
-        dims = ("tp", "cp", "dp", "pp", "ep", "expert_dp")
+        dims = ("tp", "cp", "dp", "pp", "ep", "expert_dp", "expert_tp")
         columns = [self.coords[d].tolist() for d in dims]
         host, slot = self.host.tolist(), self.slot.tolist()
         return [{"rank": r, **{d: c[r] for d, c in zip(dims, columns)}, "device": self.device[r],
                  "host": self.hosts[host[r]], "slot": slot[r]} for r in range(len(host))]
 
 
-def rank_placement(cluster: ClusterSpec, layout: Layout, ep: int = 1) -> RankPlacement:
-    """The :class:`RankPlacement` of ``layout`` on ``cluster``."""
+def rank_placement(cluster: ClusterSpec, layout: Layout, ep: int = 1, etp: int = 1) -> RankPlacement:
+    """The :class:`RankPlacement` of ``layout`` on ``cluster`` (experts ``ep x etp``)."""
     coords = {d: c for d, c in layout.coordinates().items() if d != "ep"}
     n = layout.size
     within = np.empty(n, dtype=np.int64)  # position among the stage's ranks, ascending
     within[np.lexsort((np.arange(n), coords["pp"]))] = np.arange(n) % (n // layout.degrees.get("pp", 1))
-    coords["ep"], coords["expert_dp"] = within % ep, within // ep
+    coords["expert_tp"], coords["ep"], coords["expert_dp"] = within % etp, within // etp % ep, within // (ep * etp)
     ranks = np.arange(n, dtype=np.int64)
     if cluster.graph is None:
         per_host = cluster.tiers[0].fanout

@@ -2,8 +2,9 @@
 
 A :class:`Placer` prices the groups of a candidate's layout (its degrees and rank order,
 :class:`~nest.parallel.DegreeColumns`): tensor-parallel groups, the context-parallel
-ring, data x context groups holding the same dense weights, expert-parallel groups and
-expert-data-parallel groups (MoE parallel folding), and every pipeline boundary. It gives
+ring, data x context groups holding the same dense weights, the expert grid's
+expert-tensor-parallel, expert-parallel and expert-data-parallel groups (MoE parallel
+folding, :func:`~nest.network.layout.expert_groups`), and every pipeline boundary. It gives
 the search what it needs as alpha-beta terms per candidate (:class:`GroupTerms`): exact
 ones from the candidate's own :class:`Placement`, or lower bounds that hold for any
 placement (:meth:`Placer.floor_terms`). There is one placer per kind of network:
@@ -14,9 +15,9 @@ placement (:meth:`Placer.floor_terms`). There is one placer per kind of network:
   boundary's price is the tier its worst rank pair crosses.
 * :class:`GraphPlacer`, arbitrary graphs (:mod:`nest.network.graph`): rank ``r`` runs on
   device ``device_order[r]`` and every family of the layout is priced with all its groups
-  at once (contention), cached by the family's ranks: TP, data x context and expert-data
-  groups as ring reduce-scatters (flat or hierarchical, whichever is faster for large
-  messages), EP groups as all-to-alls, the context-parallel ring as one ring step, and
+  at once (contention), cached by the family's ranks: TP, expert-TP, data x context and
+  expert-data groups as ring reduce-scatters (flat or hierarchical, whichever is faster for
+  large messages), EP groups as all-to-alls, the context-parallel ring as one ring step, and
   each pipeline boundary (stage ``k`` to ``k + 1``, the last wrapping to the first) as the
   concurrent transfers of all its rank pairs. Boundaries then have prices of their own
   instead of a tier: the DP's send table of a candidate has one row per boundary, and the
@@ -24,6 +25,13 @@ placement (:meth:`Placer.floor_terms`). There is one placer per kind of network:
   rank order's strides known: the flows the first member of the rank-0 group of each
   family sends, alone (a subset of the family's flows can only load links less);
   otherwise bounds that hold for any group of that size.
+
+The all-to-alls of a MoE layer run over its expert-parallel groups, except under a flex
+dispatcher with expert TP: Megatron-Core's ``MoEFlexTokenDispatcher`` dispatches over the
+expert-TP x EP group, each token to every expert-TP rank of its experts (core_v0.14.0
+``token_dispatcher.py``: ``_DeepepManager(group=self.tp_ep_group, router_topk=tp_size *
+moe_router_topk, num_experts=tp_size * num_moe_experts)``, ``_initialize_metadata``), so
+the placer prices the ``ep`` term on that group (:attr:`Placer.flex`).
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from .layout import (
     boundary_tiers_reduced,
     expert_families,
     expert_groups,
+    expert_tp_groups,
     family_groups,
     joint_family,
     joint_groups,
@@ -75,12 +84,15 @@ class Placement:
     # every TP group inside one NVLink domain (the innermost tier; on graphs one host,
     # the devices' ``host`` attribute): what Transformer Engine's TP overlap needs
     tp_inner: bool = True
+    # the expert-tensor-parallel groups (None: expert TP 1, nothing to gather)
+    expert_tp: GroupShape | GraphGroup | None = None
 
     def terms(self) -> tuple[float, ...]:
-        """The thirteen numbers of :class:`GroupTerms`, in its field order."""
+        """The fifteen numbers of :class:`GroupTerms`, in its field order."""
+        etp = self.expert_tp.reduce_scatter_terms() if self.expert_tp is not None else (0.0, 0.0)
         return (*self.tp.reduce_scatter_terms(), *self.cp_ring, *self.ep.all_to_all_terms(),
                 *self.dense_dp.reduce_scatter_terms(), *self.expert_dp.reduce_scatter_terms(),
-                self.dense_dp.size, self.expert_dp.size, float(self.tp_inner))
+                self.dense_dp.size, self.expert_dp.size, float(self.tp_inner), *etp)
 
 
 @dataclass(frozen=True)
@@ -115,12 +127,14 @@ class GroupTerms:
     # 1.0 where the TP groups stay inside one NVLink domain (Placement.tp_inner); lower
     # bounds take 1.0, the cheaper case
     tp_inner: np.ndarray
+    expert_tp: tuple[np.ndarray, np.ndarray]  # reduce-scatter (alpha, beta) of the expert-TP groups
 
     @staticmethod
     def of_values(values: np.ndarray) -> "GroupTerms":
-        """Terms from a ``[13, candidates]`` array in field order (:meth:`Placement.terms`)."""
+        """Terms from a ``[15, candidates]`` array in field order (:meth:`Placement.terms`)."""
         return GroupTerms((values[0], values[1]), (values[2], values[3]), (values[4], values[5]),
-                          (values[6], values[7]), (values[8], values[9]), values[10], values[11], values[12])
+                          (values[6], values[7]), (values[8], values[9]), values[10], values[11], values[12],
+                          (values[13], values[14]))
 
 
 class Placer:
@@ -128,23 +142,32 @@ class Placer:
 
     ``has_experts``: the model has routed experts (otherwise expert-data-parallel groups
     have nothing to synchronise and cost nothing); ``dispatch``: a flex dispatcher's
-    token routing (:class:`~nest.network.tiers.TokenDispatch`; None: plain all-to-alls)."""
+    token routing (:class:`~nest.network.tiers.TokenDispatch`; None: plain all-to-alls);
+    ``flex``: the all-to-alls are a flex dispatcher's, over the expert-TP x EP groups
+    (default: whenever ``dispatch`` is given)."""
 
-    def __init__(self, cluster: ClusterSpec, has_experts: bool, dispatch: TokenDispatch | None = None):
+    def __init__(self, cluster: ClusterSpec, has_experts: bool, dispatch: TokenDispatch | None = None,
+                 flex: bool | None = None):
         self.cluster, self.has_experts, self.dispatch = cluster, has_experts, dispatch
+        self.flex = dispatch is not None if flex is None else flex
         self._placements: dict[tuple, Placement] = {}
         self._terms: dict[tuple, tuple] = {}
         self._floors: dict[tuple, object] = {}
 
-    def placement(self, tp: int, cp: int, dp: int, pp: int, ep: int, order: str) -> Placement:
-        """Group prices of the layout ``(tp, cp, dp, pp, order)`` with ``ep`` (cached)."""
-        key = (tp, cp, dp, pp, ep, order)
+    def placement(self, tp: int, cp: int, dp: int, pp: int, ep: int, order: str, etp: int = 1) -> Placement:
+        """Group prices of the layout ``(tp, cp, dp, pp, order)`` with experts ``ep x etp``
+        (cached)."""
+        key = (tp, cp, dp, pp, ep, order, etp)
         if key not in self._placements:
             self._placements[key] = self._place(*key)
         return self._placements[key]
 
-    def _place(self, tp: int, cp: int, dp: int, pp: int, ep: int, order: str) -> Placement:
+    def _place(self, tp: int, cp: int, dp: int, pp: int, ep: int, order: str, etp: int) -> Placement:
         raise NotImplementedError
+
+    def _dispatch(self, etp: int) -> TokenDispatch | None:
+        """The flex dispatch of groups whose tokens go to ``etp`` expert-TP ranks each."""
+        return None if self.dispatch is None else replace(self.dispatch, shards=etp)
 
     def exact_terms(self, degrees: DegreeColumns) -> tuple[GroupTerms, list[Placement]]:
         """Group terms of every candidate's own placement, and the placements."""
@@ -156,7 +179,7 @@ class Placer:
             place, values = self._terms[key]
             places.append(place)
             rows.append(values)
-        values = np.array(rows, dtype=np.float64).T if rows else np.zeros((13, 0))
+        values = np.array(rows, dtype=np.float64).T if rows else np.zeros((15, 0))
         return GroupTerms.of_values(values), places
 
     def floor_terms(self, degrees: DegreeColumns, any_of: tuple[str, ...] | None = None) -> GroupTerms:
@@ -235,7 +258,7 @@ class TierPlacer(Placer):
         self._latency = np.array([t.latency for t in cluster.tiers])
         self._bandwidth = np.array([t.effective_bandwidth for t in cluster.tiers])
 
-    def _place(self, tp: int, cp: int, dp: int, pp: int, ep: int, order: str) -> Placement:
+    def _place(self, tp: int, cp: int, dp: int, pp: int, ep: int, order: str, etp: int) -> Placement:
         """Every group family priced on its reduced form (see nest.network.layout): the
         same distinct group prices as all groups of the layout, cached across layouts.
 
@@ -244,23 +267,27 @@ class TierPlacer(Placer):
         alone is priced (leaders dropped).
         """
         layout = Layout({"tp": tp, "cp": cp, "dp": dp, "pp": pp}, order)
-        first = all(_power_of_two(x) for x in (tp, cp, dp, pp, ep, *self._sizes))
+        first = all(_power_of_two(x) for x in (tp, cp, dp, pp, ep, etp, *self._sizes))
         family = lambda what, offsets, leaders: self._family(what, offsets, () if first else leaders)  # noqa: E731
-        experts = expert_families(layout, ep)
-        if experts is None:  # runs of ep do not split the stage: price the explicit groups
-            ep_groups, edp_groups = expert_groups(layout, ep)
-            ep_shape = self._group_shape(ep_groups[:1] if first else ep_groups)
-            edp_shape = self._group_shape(edp_groups[:1] if first else edp_groups)
+        experts = expert_families(layout, ep, etp)
+        if experts is None:  # the grid does not split the stage's dimensions: the explicit groups
+            explicit = {"ep": lambda: expert_groups(layout, ep, etp)[0],
+                        "expert_dp": lambda: expert_groups(layout, ep, etp)[1],
+                        "expert_tp": lambda: expert_tp_groups(layout, ep, etp),
+                        "expert_tp_ep": lambda: expert_tp_groups(layout, ep, etp, with_ep=True)}
+            shape = lambda name: self._group_shape(explicit[name]()[:1] if first else explicit[name]())  # noqa: E731
         else:
-            ep_shape, edp_shape = (family("shape", *f) for f in experts)
+            shape = lambda name: family("shape", *experts[name])  # noqa: E731
+        ep_shape = shape("expert_tp_ep" if self.flex else "ep")
         tp_shape = family("shape", *joint_family(layout, ("tp",)))  # the worst TP group
         return Placement(
             tp=tp_shape,
             cp_ring=family("ring", *joint_family(layout, ("cp",))),
             dense_dp=family("shape", *joint_family(layout, ("cp", "dp"))),
-            ep=replace(ep_shape, dispatch=self.dispatch), expert_dp=edp_shape,
+            ep=replace(ep_shape, dispatch=self._dispatch(etp)), expert_dp=shape("expert_dp"),
             boundary_tiers=boundary_tiers_reduced(layout, self.cluster, self._period),
-            tp_inner=all(f == 1 for f in tp_shape.factors[1:]))
+            tp_inner=all(f == 1 for f in tp_shape.factors[1:]),
+            expert_tp=shape("expert_tp") if etp > 1 else None)
 
     def _family(self, what: str, offsets, leaders):
         """The group shape ("shape") or ring link ("ring") of the family ``leaders +
@@ -280,11 +307,11 @@ class TierPlacer(Placer):
         return self._shapes[key]
 
     def floor_terms(self, degrees: DegreeColumns, any_of: tuple[str, ...] | None = None) -> GroupTerms:
-        """Each group's members are at least its smallest dimension stride apart
-        (expert-DP members: ``ep`` stage ranks apart), which bounds how many share a tier
-        group (see :class:`~nest.network.tiers.ShapeFloor`)."""
+        """Each group's members are at least its smallest dimension stride apart (in the
+        expert grid, EP members ``etp`` stage ranks apart, expert-DP members ``ep x etp``),
+        which bounds how many share a tier group (see :class:`~nest.network.tiers.ShapeFloor`)."""
         d = degrees
-        tp, cp, ep, dp = d.tp, d.cp, d.ep, d.dp
+        tp, cp, ep, dp, etp = d.tp, d.cp, d.ep, d.dp, d.etp
         pick = _strides(d, any_of)
         s_tp, s_cp, s_dp = pick("tp"), pick("cp"), pick("dp")
         inf = np.iinfo(np.int64).max
@@ -293,22 +320,40 @@ class TierPlacer(Placer):
         stage_step = np.where(stage_step == inf, 1, stage_step)
         dense_step = np.minimum(np.where(cp > 1, s_cp, inf), np.where(dp > 1, s_dp, inf))
         dense_step = np.where(dense_step == inf, 1, dense_step)
-        dense_size, expert_size = dp * cp, np.maximum(tp * cp * dp // ep, 1)
+        dense_size, expert_size = dp * cp, np.maximum(tp * cp * dp // (ep * etp), 1)
         tp_f = self._shape_floors(tp, s_tp)
-        ep_f = self._shape_floors(ep, stage_step)
+        ep_f = self._all_to_all_floors(ep, etp, stage_step)
         dd_f = self._shape_floors(dense_size, dense_step)
-        ed_f = self._shape_floors(expert_size, ep * stage_step)
+        ed_f = self._shape_floors(expert_size, ep * etp * stage_step)
+        et_f = self._shape_floors(etp, stage_step)
         span = (cp - 1) * s_cp + 1
         ring = self._lookup(("ring",), span, lambda s: ring_floor(self.cluster, int(s)), 2)
-        return GroupTerms((tp_f[0], tp_f[1]), (ring[0], ring[1]), (ep_f[2], ep_f[3]), (dd_f[0], dd_f[1]),
+        return GroupTerms((tp_f[0], tp_f[1]), (ring[0], ring[1]), (ep_f[0], ep_f[1]), (dd_f[0], dd_f[1]),
                           (ed_f[0], ed_f[1]), dense_size.astype(np.float64), expert_size.astype(np.float64),
-                          np.ones(len(d)))
+                          np.ones(len(d)), (et_f[0], et_f[1]))
 
     def _shape_floors(self, size, spacing) -> list[np.ndarray]:
         def floor(pair):
             f = shape_floor(self.cluster, int(pair[0]), int(pair[1]), self.dispatch)
             return (f.rs_alpha, f.rs_beta, f.a2a_alpha, f.a2a_beta)
         return self._lookup(("shape",), np.stack([size, spacing], axis=1), floor, 4)
+
+    def _all_to_all_floors(self, ep, etp, spacing) -> list[np.ndarray]:
+        """All-to-all floors of the expert groups of ranks ``spacing`` apart in a stage:
+        EP groups (every ``etp``-th rank), or under a flex dispatcher the expert-TP x EP
+        groups whose tokens go to ``etp`` ranks each."""
+        if not self.flex:
+            return self._shape_floors(ep, etp * spacing)[2:]
+        alpha, beta = np.zeros(len(ep)), np.zeros(len(ep))
+        for shards in np.unique(etp).tolist():
+            rows = etp == shards
+
+            def floor(pair, dispatch=self._dispatch(shards)):
+                f = shape_floor(self.cluster, int(pair[0]), int(pair[1]), dispatch)
+                return (f.a2a_alpha, f.a2a_beta)
+            keys = np.stack([ep[rows] * shards, spacing[rows]], axis=1)
+            alpha[rows], beta[rows] = self._lookup(("a2a", shards), keys, floor, 2)
+        return [alpha, beta]
 
     def boundary_floor(self, degrees: DegreeColumns, any_of: tuple[str, ...] | None = None) -> np.ndarray:
         """The lowest tier any pipeline boundary can cross (stage ranks and their pipeline
@@ -336,7 +381,7 @@ class GraphPlacer(Placer):
     def __init__(self, cluster: ClusterSpec, has_experts: bool, dispatch: TokenDispatch | None = None):
         from .graph import network  # scipy and the routing tables only for graph clusters
 
-        super().__init__(cluster, has_experts, None)  # plain all-to-alls (see placer_for)
+        super().__init__(cluster, has_experts, None, flex=dispatch is not None)  # plain all-to-alls (see placer_for)
         self.net = network(cluster.graph, cluster.device_order)
         # per rank, its NVLink domain: the device's host (a device without one shares none)
         attrs = cluster.graph.nodes
@@ -344,11 +389,13 @@ class GraphPlacer(Placer):
                  for d in cluster.device_order]
         self._domain = np.unique([f"{kind}:{name}" for kind, name in hosts], return_inverse=True)[1].ravel()
 
-    def _place(self, tp: int, cp: int, dp: int, pp: int, ep: int, order: str) -> Placement:
+    def _place(self, tp: int, cp: int, dp: int, pp: int, ep: int, order: str, etp: int) -> Placement:
         """Every family of the layout priced on the graph, all its groups at once."""
         net = self.net
         layout = Layout({"tp": tp, "cp": cp, "dp": dp, "pp": pp}, order)
-        ep_groups, edp_groups = expert_groups(layout, ep)
+        ep_groups, edp_groups = expert_groups(layout, ep, etp)
+        if self.flex:
+            ep_groups = expert_tp_groups(layout, ep, etp, with_ep=True)
         dense = joint_groups(layout, ("cp", "dp"))
         expert_dp = (GraphGroup(edp_groups.shape[1], net.ring(edp_groups).best) if self.has_experts
                      else GraphGroup(edp_groups.shape[1]))  # no expert weights: nothing to sync
@@ -359,9 +406,10 @@ class GraphPlacer(Placer):
             tp=GraphGroup(tp, net.ring(tp_groups).best),
             cp_ring=net.neighbours(joint_groups(layout, ("cp",))),
             dense_dp=GraphGroup(dense.shape[1], net.ring(dense).best),
-            ep=GraphGroup(ep, a2a=net.all_to_all(ep_groups)), expert_dp=expert_dp,
+            ep=GraphGroup(ep_groups.shape[1], a2a=net.all_to_all(ep_groups)), expert_dp=expert_dp,
             boundary_tiers=layout.boundary_tiers(self.cluster), boundary=boundary,
-            tp_inner=bool((domains == domains[:, :1]).all()))
+            tp_inner=bool((domains == domains[:, :1]).all()),
+            expert_tp=GraphGroup(etp, net.ring(expert_tp_groups(layout, ep, etp)).best) if etp > 1 else None)
 
     def floor_terms(self, degrees: DegreeColumns, any_of: tuple[str, ...] | None = None) -> GroupTerms:
         """With the candidates' own rank orders every degree is known: each family is
@@ -370,37 +418,39 @@ class GraphPlacer(Placer):
         loads every link at most as much and has no longer paths). With ``any_of``
         (degrees unknown) by what any group of the family's size costs at least."""
         d, net = degrees, self.net
-        tp, cp, ep = d.tp, d.cp, d.ep
-        dense_size, expert_size = d.dp * cp, np.maximum(tp * cp * d.dp // ep, 1)
+        tp, cp, ep, etp = d.tp, d.cp, d.ep, d.etp
+        dense_size, expert_size = d.dp * cp, np.maximum(tp * cp * d.dp // (ep * etp), 1)
         if any_of is not None:
-            tp_f, dd_f, ed_f = (net.any_ring_floor(k) for k in (tp, dense_size, expert_size))
-            ep_f = net.any_all_to_all_floor(ep)
+            tp_f, dd_f, ed_f, et_f = (net.any_ring_floor(k) for k in (tp, dense_size, expert_size, etp))
+            ep_f = net.any_all_to_all_floor(ep * etp if self.flex else ep)
             lat, per_byte = net.any_send_floor()
             on = cp > 1
             ring = (np.where(on, lat, 0.0), np.where(on, per_byte, 0.0))
         else:
-            keys = np.stack([tp, cp, d.dp, d.pp, ep, d.order], axis=1)
+            keys = np.stack([tp, cp, d.dp, d.pp, ep, d.order, etp], axis=1)
             unique, inverse = np.unique(keys, axis=0, return_inverse=True)
-            values = np.array([self._layout_floor(*row[:5], d.orders[row[5]]) for row in unique.tolist()],
-                              dtype=np.float64).reshape(len(unique), 10)[inverse.ravel()].T
-            tp_f, ring, ep_f, dd_f, ed_f = ((values[i], values[i + 1]) for i in range(0, 10, 2))
+            values = np.array([self._layout_floor(*row[:5], d.orders[row[5]], row[6]) for row in unique.tolist()],
+                              dtype=np.float64).reshape(len(unique), 12)[inverse.ravel()].T
+            tp_f, ring, ep_f, dd_f, ed_f, et_f = ((values[i], values[i + 1]) for i in range(0, 12, 2))
         if not self.has_experts:
             ed_f = (np.zeros(len(d)), np.zeros(len(d)))
         return GroupTerms(tp_f, ring, ep_f, dd_f, ed_f, dense_size.astype(np.float64),
-                          expert_size.astype(np.float64), np.ones(len(d)))
+                          expert_size.astype(np.float64), np.ones(len(d)), et_f)
 
-    def _layout_floor(self, tp: int, cp: int, dp: int, pp: int, ep: int, order: str) -> tuple:
-        """Floors of the families of one layout (cached): (tp, cp ring, ep, dense, expert)
-        alpha-beta pairs from the rank-0 group of each."""
-        key = ("graph", tp, cp, dp, pp, ep, order)
+    def _layout_floor(self, tp: int, cp: int, dp: int, pp: int, ep: int, order: str, etp: int) -> tuple:
+        """Floors of the families of one layout (cached): (tp, cp ring, ep, dense, expert,
+        expert TP) alpha-beta pairs from the rank-0 group of each (the all-to-all's under a
+        flex dispatcher from its expert-TP x EP group)."""
+        key = ("graph", tp, cp, dp, pp, ep, order, etp)
         if key not in self._floors:
             net = self.net
             layout = Layout({"tp": tp, "cp": cp, "dp": dp, "pp": pp}, order)
             first = lambda dims: joint_groups(layout, dims, first_only=True)[0]  # noqa: E731
             stage = first(("tp", "cp", "dp"))
+            a2a = stage[:ep * etp] if self.flex else stage[:ep * etp:etp]
             self._floors[key] = (*net.ring_floor(first(("tp",))), *net.neighbours_floor(first(("cp",))),
-                                 *net.all_to_all_floor(stage[:ep]), *net.ring_floor(first(("cp", "dp"))),
-                                 *net.ring_floor(stage[::ep]))
+                                 *net.all_to_all_floor(a2a), *net.ring_floor(first(("cp", "dp"))),
+                                 *net.ring_floor(stage[::ep * etp]), *net.ring_floor(stage[:etp]))
         return self._floors[key]
 
     def boundary_floor(self, degrees: DegreeColumns, any_of: tuple[str, ...] | None = None) -> np.ndarray:

@@ -38,22 +38,33 @@ class TokenDispatch:
     over NVLink, instead of one network copy per routed expert (DeepEP README, "internode"
     kernels: NVLink forwarding of RDMA-received tokens; Megatron-Core
     ``MoEFlexTokenDispatcher``). Routing is taken as balanced and uniform over the
-    ``experts``, as in the benchmarks that publish these runs (force-balanced routing)."""
+    ``experts``, as in the benchmarks that publish these runs (force-balanced routing).
+
+    With expert tensor parallelism (``shards`` > 1) the group is the expert-TP x EP group
+    and a token goes to every one of the ``shards`` expert-TP ranks of each of its
+    experts: ``shards x top_k`` plain copies (core_v0.14.0 ``token_dispatcher.py``
+    ``MoEFlexTokenDispatcher._initialize_metadata``, the routing map expanded over the TP
+    ranks)."""
 
     experts: int
     top_k: int
+    shards: int = 1
 
-    def node_ratio(self, nodes: int) -> float:
-        """Network copies per token relative to the plain all-to-all's, in a group over
-        ``nodes`` nodes with ``experts / nodes`` experts each: a node receives the token
-        unless none of its experts is chosen, ``1 - C(E - E/N, k) / C(E, k)``, so the
-        token crosses ``N (1 - C(E - E/N, k) / C(E, k))`` times instead of ``k`` (over
-        the network ``k (N - 1) / N`` against the same fraction of this)."""
+    def node_ratio(self, nodes: int, ranks: int | None = None) -> float:
+        """Network copies per token relative to the plain all-to-all's, in a group of
+        ``ranks`` ranks (default: ``nodes``; ``ranks / shards`` expert-parallel positions)
+        over ``nodes`` nodes. A node holds ``E / min(N, ep)`` experts (an expert-TP group
+        inside a node: ``E / N``; one spanning ``shards / f`` nodes: its ``E / ep``) and
+        receives the token unless none of them is chosen, ``1 - C(E - E_n, k) / C(E, k)``,
+        so the token crosses ``N (1 - C(E - E_n, k) / C(E, k))`` times instead of
+        ``shards x k`` (over the network ``shards k (N - 1) / N`` against the same
+        fraction of this)."""
         if nodes <= 1:
             return 1.0
-        e, k, per_node = self.experts, self.top_k, self.experts / nodes
+        holders = nodes if ranks is None else min(nodes, ranks // self.shards)
+        e, k, per_node = self.experts, self.top_k, self.experts / holders
         miss = math.prod((e - per_node - i) / (e - i) for i in range(k)) if e - per_node >= k else 0.0
-        return min(1.0, nodes * (1.0 - miss) / k)
+        return min(1.0, nodes * (1.0 - miss) / (self.shards * k))
 
 
 @dataclass(frozen=True)
@@ -98,7 +109,7 @@ class GroupShape:
         size = self.size
         alpha = beta = 0.0
         inner = 1
-        ratio = 1.0 if self.dispatch is None else self.dispatch.node_ratio(size // self.factors[0])
+        ratio = 1.0 if self.dispatch is None else self.dispatch.node_ratio(size // self.factors[0], size)
         for t, (factor, bandwidth, latency) in enumerate(zip(self.factors, self.bandwidth, self.latency)):
             if factor > 1:
                 share = (factor - 1) * inner / size

@@ -96,7 +96,8 @@ def render(plan: Plan, command: str = "plan") -> str:
         + ("" if j.get("framework", "any") == "any" else f", for {framework(j['framework']).version}"),
         "",
         f"parallelism: TP {p['tp']}  PP {p['pp']}  DP {p['dp']}  CP {p['cp']}  EP {p['ep']}  "
-        f"VP {p['vp']}  SP {'on' if p['sp'] else 'off'}  ZeRO {p['zero']}  recompute {p['recompute']}"
+        + (f"ETP {p['expert_tp']}  " if p.get("expert_tp", 1) > 1 else "")
+        + f"VP {p['vp']}  SP {'on' if p['sp'] else 'off'}  ZeRO {p['zero']}  recompute {p['recompute']}"
         + (f"  optimizer offload {p['optimizer_offload_fraction']:g}" if p.get("optimizer_offload_fraction") else "")
         + (f"  activation offload {p['activation_offload_layers']} layers" if p.get("activation_offload_layers")
            else ""),

@@ -63,8 +63,8 @@ def memory_message(scn: Scenario, partials: Partials, memory, limits: SpaceLimit
     changes.append(f"devices with at least {needed / GiB:.2f} GiB")
     return (f"no plan fits in memory: the most memory-frugal plan needs {needed / GiB:.2f} GiB per "
             f"device, {scn.cluster.device.name} has {capacity / GiB:.2f} GiB (most frugal "
-            f"configuration: tp={c.cfg.tp} cp={c.cfg.cp} ep={c.cfg.ep} pp={c.pp} dp={c.dp} "
-            f"zero={c.zero} micro_batch={c.cfg.micro_batch} recompute={c.cfg.recompute}"
+            f"configuration: tp={c.cfg.tp} cp={c.cfg.cp} ep={c.cfg.ep}{f' etp={c.cfg.etp}' if c.cfg.etp > 1 else ''}"
+            f" pp={c.pp} dp={c.dp} zero={c.zero} micro_batch={c.cfg.micro_batch} recompute={c.cfg.recompute}"
             f"{f' optimizer_offload={c.offload:g}' if c.offload else ''}; "
             f"{_memory_parts(scn, c, needed, engine, threads)}{tried}); smallest changes that fit: "
             + "; or ".join(changes))

@@ -86,15 +86,15 @@ def config_sums(scn: Scenario, kind_values: np.ndarray) -> np.ndarray:
 
 def memory_factors(scn: Scenario, table: ConfigTable) -> tuple[np.ndarray, np.ndarray]:
     """Per configuration, the factors of :func:`memory_bound` (one row each, a single
-    gather): dense and expert parameter bytes, cp, tp x cp, ep, activation bytes; and the
-    fixed part (reserved + transient)."""
+    gather): dense and expert parameter bytes, cp, tp x cp, ep x etp (the ranks sharing a
+    stage's expert-DP groups), activation bytes; and the fixed part (reserved + transient)."""
     def compute():
         arrays = table.arrays
         opt, wb = scn.job.optimizer, scn.weight_bytes
         per_param = wb + opt.grad_bytes + opt.sharded_bytes * (1 - scn.max_offload)
         return (np.stack([config_sums(scn, table.cols["params_dense"]) * per_param, arrays.cp,
                           config_sums(scn, table.cols["params_expert"]) * per_param, arrays.tp * arrays.cp,
-                          arrays.ep, config_sums(scn, table.cols["act_bytes"])], axis=1),
+                          arrays.ep * arrays.etp, config_sums(scn, table.cols["act_bytes"])], axis=1),
                 scn.reserve_bytes + table.transient)
     return table.cached("memory", compute)
 
@@ -105,8 +105,8 @@ def memory_bound(scn: Scenario, table: ConfigTable, partials: Partials) -> np.nd
     of one micro-batch per stage)."""
     per_config, fixed = memory_factors(scn, table)
     c, p, dp = partials.config, partials.pp, partials.dp
-    dense, cp, expert, tp_cp, ep, acts = per_config[c].T
-    return fixed[c] + (dense / (dp * cp) + expert / (tp_cp * dp // ep) + acts) / p
+    dense, cp, expert, tp_cp, ep_etp, acts = per_config[c].T
+    return fixed[c] + (dense / (dp * cp) + expert / (tp_cp * dp // ep_etp) + acts) / p
 
 
 def chunk_memory(scn: Scenario, table: ConfigTable, chunk: PartialChunk) -> np.ndarray:
@@ -115,8 +115,8 @@ def chunk_memory(scn: Scenario, table: ConfigTable, chunk: PartialChunk) -> np.n
     operations per partial, in the same order."""
     per_config, fixed = memory_factors(scn, table)
     first = np.concatenate(([0], np.flatnonzero(np.diff(chunk.owner)) + 1))
-    dense, cp, expert, tp_cp, ep, _ = per_config[chunk.config[first]].T
-    shared = dense / (chunk.dp * cp) + expert / (tp_cp * chunk.dp // ep)
+    dense, cp, expert, tp_cp, ep_etp, _ = per_config[chunk.config[first]].T
+    shared = dense / (chunk.dp * cp) + expert / (tp_cp * chunk.dp // ep_etp)
     owner = chunk.owner
     return fixed[chunk.config] + (shared[owner] + per_config[chunk.config, 5]) / chunk.pp[owner]
 
@@ -135,9 +135,9 @@ def candidate_memory_floor(scn: Scenario, table: ConfigTable, cands: CandidateAr
     per_config, fixed = memory_factors(scn, table)
     c, zero = cands.config, cands.zero
     opt, wb = scn.job.optimizer, scn.weight_bytes
-    dense, cp, expert, tp_cp, ep, acts = per_config[c].T
+    dense, cp, expert, tp_cp, ep_etp, acts = per_config[c].T
     frugal = wb + opt.grad_bytes + opt.sharded_bytes * (1 - scn.max_offload)
-    shards = {"dense": cands.dp * cp, "expert": tp_cp * cands.dp // ep}
+    shards = {"dense": cands.dp * cp, "expert": tp_cp * cands.dp // ep_etp}
     total = acts.astype(np.float64)
     per_param = {}
     for name, params in (("dense", dense / frugal), ("expert", expert / frugal)):
@@ -314,14 +314,15 @@ def table_bound(rows: dict, ranking: "Ranking | None" = None) -> np.ndarray:
 def inner_kind_ps(scn: Scenario, table: ConfigTable, with_comm: bool, index: np.ndarray) -> np.ndarray:
     """Per configuration of ``index``, per kind: picoseconds on the configuration's
     innermost layout (default rank order, one stage, the fewest replicas whose ranks hold
-    an expert-parallel group: ``dp = ep / gcd(ep, tp cp)``), or of compute alone. The TP,
-    CP and EP groups are those of any larger ``dp`` (the EP group is the stage's first
-    ``ep`` ranks), and the layout fits every cluster a candidate of it fits."""
+    an expert-parallel group and its expert-TP ranks: ``dp = ep etp / gcd(ep etp, tp cp)``),
+    or of compute alone. The TP, CP and expert groups are those of any larger ``dp`` (the
+    expert grid's first ``ep x etp`` ranks of the stage), and the layout fits every cluster
+    a candidate of it fits."""
     index = np.asarray(index, dtype=np.int64)
     if not with_comm:
         return to_ps(table.cols["compute_s"][index])
     arrays, ones, zeros = table.arrays, np.ones(len(index), dtype=np.int64), np.zeros(len(index), dtype=np.int64)
-    ep, inner = arrays.ep[index], arrays.tp[index] * arrays.cp[index]
+    ep, inner = arrays.ep[index] * arrays.etp[index], arrays.tp[index] * arrays.cp[index]
     cands = CandidateArrays(index, ones, ep // np.gcd(ep, inner), ones, zeros, zeros, (DEFAULT_ORDER,))
     terms, _ = scn.placer.exact_terms(cands.degrees(arrays))
     return to_ps(kind_times(scn, table, cands, terms, zero_comm=False).total)

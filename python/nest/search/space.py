@@ -1,7 +1,7 @@
 """The joint search space.
 
-A *layer configuration* fixes what shapes a node's compute and memory: tensor, context
-and expert parallel degrees, sequence parallelism, micro-batch, recomputation, and
+A *layer configuration* fixes what shapes a node's compute and memory: tensor, context,
+expert and expert tensor parallel degrees, sequence parallelism, micro-batch, recomputation, and
 whether the head stage keeps a copy of tied embeddings. A *partial candidate* adds the
 pipeline and data-parallel degrees and the virtual stages (everything its lower bound
 needs); it expands into full candidates over ZeRO stages and rank orders.
@@ -16,10 +16,18 @@ evaluate`` still accepts both.
 
 Context parallelism takes powers of two that keep at least ``MIN_CP_CHUNK`` tokens per
 rank and divide the sequence into ``2 cp`` load-balanced chunks. Expert parallelism
-takes divisors of the expert count that divide ``tp x cp x dp`` (MoE parallel folding
-with expert TP = 1). Interleaving takes ``vp`` in ``VIRTUAL_STAGES`` when
-``pp > 1``, ``pp x vp`` does not exceed the layer-graph nodes and the micro-batch count
-is a multiple of ``pp`` (Megatron-LM's requirement).
+takes divisors of the expert count, and expert tensor parallelism ``etp`` 1 or ``tp``
+(:func:`expert_tensor_parallel_degrees`), with ``ep x etp`` dividing ``tp x cp x dp`` (MoE
+parallel folding, Megatron-Core's expert grid: core_v0.14.0 ``parallel_state.py
+initialize_model_parallel`` requires the world to divide into ``etp x ep x pp``): experts
+folded whole, or split like the dense layers over the TP group (Megatron's own default,
+``etp = tp``), whose ranks the expert grid's innermost ones are, one NVLink domain.
+``SpaceLimits.etp`` searches any other values (between 1 and ``tp``, or beyond it; the
+former would take DeepSeek-V3's partial candidates on 2048 GPUs from 13.9 M to 18.8 M,
+twice the 9.4 M without expert TP).
+Interleaving takes
+``vp`` in ``VIRTUAL_STAGES`` when ``pp > 1``, ``pp x vp`` does not exceed the layer-graph
+nodes and the micro-batch count is a multiple of ``pp`` (Megatron-LM's requirement).
 """
 
 from __future__ import annotations
@@ -146,6 +154,32 @@ def expert_parallel_degrees(model: ModelSpec) -> list[int]:
     return divisors(model.num_experts) if model.is_moe else [1]
 
 
+def expert_tensor_parallel_degrees(model: ModelSpec, tps, limit: tuple[int, ...] | None = None) -> list[int]:
+    """The expert tensor-parallel degrees to search: ``limit`` (checked), else 1 and the
+    tensor-parallel degrees ``tps`` (the search pairs each configuration with etp 1 or its
+    own tp); 1 for dense models. Megatron-Core splits fc1's output and fc2's input over the
+    expert-TP ranks with ``divide`` (core_v0.14.0 ``extensions/transformer_engine.py
+    TEGroupedLinear.__init__``), which every tp of a MoE model meets (:func:`check_tp`)."""
+    if limit is not None:
+        for etp in limit:
+            check_etp(model, etp)
+        return list(limit)
+    if not model.is_moe:
+        return [1]
+    return sorted({1, *(tp for tp in tps if model.moe_ffn_hidden % tp == 0)})
+
+
+def check_etp(model: ModelSpec, etp: int) -> None:
+    """SpecError unless ``etp`` is an expert tensor-parallel degree ``model`` can have: 1, or
+    with routed experts a positive divisor of their width."""
+    if isinstance(etp, bool) or not isinstance(etp, (int, np.integer)) or etp < 1:
+        raise SpecError(f"etp = {etp!r}: must be a positive integer")
+    if etp > 1 and not model.is_moe:
+        raise SpecError(f"etp = {etp}: {model.name} has no experts")
+    if etp > 1 and model.moe_ffn_hidden % etp:
+        raise SpecError(f"etp = {etp}: must divide the experts' width moe_ffn_hidden ({model.moe_ffn_hidden})")
+
+
 def _allowed(values, limit):
     return [v for v in values if limit is None or v in limit]
 
@@ -153,10 +187,10 @@ def _allowed(values, limit):
 class PartialSpace:
     """The partial candidates of a search, produced in chunks (see :func:`enumerate_partials`).
 
-    Layer configurations form a dense grid ``[tp, sp, cp, ep, tied, micro-batch,
+    Layer configurations form a dense grid ``[tp, sp, cp, (ep, etp), tied, micro-batch,
     recompute]`` so that a candidate's configuration index is computed, not looked up;
     only the configurations some candidate uses are kept (in grid order, ``configs``).
-    Partial candidates come in the order of the loops ``tp, sp, cp, pp, dp, ep, vp`` with
+    Partial candidates come in the order of the loops ``tp, sp, cp, pp, dp, (ep, etp), vp`` with
     the micro-batch (then recomputation) innermost; one :class:`PartialChunk` is one
     ``(tp, sp, cp)``, its loops are numpy broadcasts. Searches consume the chunks one by
     one (a few hundred thousand partials each at most) instead of the whole list.
@@ -174,6 +208,11 @@ class PartialSpace:
             check_tp(model, cluster, tp)
         cps = list(limits.cp) if limits.cp is not None else context_parallel_degrees(job, self.devices)
         eps = list(limits.ep) if limits.ep is not None else expert_parallel_degrees(model)
+        etps = expert_tensor_parallel_degrees(model, tps, limits.etp)
+        self.etp_of_tp = limits.etp is None  # the default: etp is 1 or the configuration's tp
+        # the expert axis: (ep, etp) pairs, expert TP 1 first (its configurations keep the
+        # order they have without expert TP)
+        experts = [(ep, etp) for etp in sorted(etps, key=lambda x: x != 1) for ep in eps]
         recomputes = tuple(limits.recompute or model_recompute_modes(model))
         # the innermost axis: (recomputation, offloaded layers) pairs; only configurations
         # without recomputation offload activations (Megatron-Core's rule)
@@ -184,7 +223,7 @@ class PartialSpace:
         self.stride_mbs = n_rc
         self.stride_tie = self.stride_mbs * n_mb
         self.stride_ep = self.stride_tie * 2
-        self.stride_cp = self.stride_ep * len(eps)
+        self.stride_cp = self.stride_ep * len(experts)
         self.stride_sp = self.stride_cp * len(cps)
         self.stride_tp = self.stride_sp * 2
         batch_pos = {b: i for i, b in enumerate(batches)}
@@ -195,7 +234,9 @@ class PartialSpace:
                else divisors(job.global_batch))
         self.dps = np.array(_allowed(dps, limits.dp), dtype=np.int64)
         self.vps = np.array(_allowed(VIRTUAL_STAGES, limits.vp), dtype=np.int64)
-        self.cps, self.eps = np.array(cps, dtype=np.int64), np.array(eps, dtype=np.int64)
+        self.cps = np.array(cps, dtype=np.int64)
+        self.eps = np.array([ep for ep, _ in experts], dtype=np.int64)
+        self.etps = np.array([etp for _, etp in experts], dtype=np.int64)
         # Per data-parallel degree, the (micro-batch, recompute) grid offsets it admits and
         # their micro-batch counts, concatenated.
         offsets, micro, starts, counts = [], [], [], []
@@ -229,7 +270,7 @@ class PartialSpace:
             pairs += [(ti, tp, sp) for sp in tp_sps]
         self.pairs = pairs
         self.empty = not pairs or not len(self.pps) or not len(self.dps) or not len(self.vps) or not len(cps) \
-            or not len(eps)
+            or not len(experts)
         # The configurations some partial uses: the union of the distinct (base, pool
         # segment) pairs of every loop combination.
         used = np.zeros(self.stride_tp * len(tps), dtype=bool)
@@ -237,9 +278,10 @@ class PartialSpace:
             segments = []
             vs = [list(self.vps).index(1)] if 1 in self.vps.tolist() else list(range(len(self.vps)))
             for ti, tp, sp in pairs:
-                c, p, d, e, v = np.indices((len(cps), len(self.pps), len(self.dps), len(eps), len(vs)),
+                es = self._expert_axis(tp)
+                c, p, d, e, v = np.indices((len(cps), len(self.pps), len(self.dps), len(es), len(vs)),
                                            dtype=np.int64).reshape(5, -1)
-                v = np.array(vs, dtype=np.int64)[v]
+                e, v = es[e], np.array(vs, dtype=np.int64)[v]
                 ok, length = self._valid(tp, c, p, d, e, v)
                 c, p, d, e, v, length = c[ok], p[ok], d[ok], e[ok], v[ok], length[ok]
                 start = np.where(self.vps[v] == 1, self.starts[d], self.filtered_start[p, d])
@@ -258,25 +300,34 @@ class PartialSpace:
         rc_i, rest = used_ids % n_rc, used_ids // n_rc
         mb_i, rest = rest % n_mb, rest // n_mb
         tie_i, rest = rest % 2, rest // 2
-        ep_i, rest = rest % len(eps), rest // len(eps)
+        ep_i, rest = rest % len(experts), rest // len(experts)
         cp_i, rest = rest % len(cps), rest // len(cps)
         sp_i, tp_i = rest % 2, rest // 2
         mode = np.array([RECOMPUTE_MODES.index(r) for r, _ in modes], dtype=np.int64)
         offloaded = np.array([n for _, n in modes], dtype=np.int64)
         tp_values, mb_values = np.array(tps, dtype=np.int64), np.array(batches, dtype=np.int64)
         self.config_arrays = ConfigArrays(tp_values[tp_i], sp_i.astype(bool), mb_values[mb_i], mode[rc_i],
-                                          tie_i.astype(bool), self.cps[cp_i], self.eps[ep_i], offloaded[rc_i])
+                                          tie_i.astype(bool), self.cps[cp_i], self.eps[ep_i], offloaded[rc_i],
+                                          self.etps[ep_i])
         self.configs = ConfigList(self.config_arrays)
+
+    def _expert_axis(self, tp: int) -> np.ndarray:
+        """The indices of the (ep, etp) pairs a configuration of ``tp`` may take (all, or
+        by default those with etp 1 or tp), ascending: the loops skip the others."""
+        if not self.etp_of_tp:
+            return np.arange(len(self.etps))
+        return np.flatnonzero((self.etps == 1) | (self.etps == tp))
 
     def _valid(self, tp, c, p, d, e, v):
         """Which loop combinations make partials, and how many each makes."""
         cp, pp, dp, ep, vp = self.cps[c], self.pps[p], self.dps[d], self.eps[e], self.vps[v]
+        etp = self.etps[e]
         ok = (pp <= self.num_nodes) & (tp * cp * pp <= self.devices)
         ok &= dp <= self.devices // (tp * cp * pp)
         if self.every_device:
             ok &= tp * cp * pp * dp == self.devices
         ok &= self.counts[d] > 0
-        ok &= (tp * cp * dp) % ep == 0
+        ok &= (tp * cp * dp) % (ep * etp) == 0  # the expert grid (the loops skip the default's other etp)
         ok &= (vp == 1) | ((pp > 1) & (pp * vp <= self.num_nodes))
         length = np.where(vp == 1, self.counts[d], self.keep_counts[p, d])
         return ok & (length > 0), length
@@ -291,9 +342,10 @@ class PartialSpace:
         if self.empty:
             return
         first = 0
-        shape = (len(self.pps), len(self.dps), len(self.eps), len(self.vps))
-        grid = np.indices(shape, dtype=np.int64).reshape(4, -1)
         for ti, tp, sp in self.pairs:
+            es = self._expert_axis(tp)
+            grid = np.indices((len(self.pps), len(self.dps), len(es), len(self.vps)), dtype=np.int64).reshape(4, -1)
+            grid[2] = es[grid[2]]
             for c0 in range(len(self.cps)):
                 p, d, e, v = grid
                 ok, length = self._valid(tp, c0, p, d, e, v)

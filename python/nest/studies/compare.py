@@ -168,6 +168,8 @@ def _config_text(row: CompareRow) -> str:
         text += f" cp{p['cp']}"
     if p.get("ep", 1) > 1:
         text += f" ep{p['ep']}"
+    if p.get("expert_tp", 1) > 1:
+        text += f" etp{p['expert_tp']}"
     if p.get("vp", 1) > 1:
         text += f" vp{p['vp']}"
     text += f" z{p['zero']} mb{p['micro_batch']}"

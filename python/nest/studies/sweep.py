@@ -139,7 +139,7 @@ MAX_SCENARIOS = 1_000_000
 typo in an axis is far likelier than intent)."""
 
 PLAN_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vp", "sp", "zero", "recompute", "micro_batch",
-               "num_microbatches", "rank_order")
+               "num_microbatches", "rank_order", "expert_tp")
 RESULT_FIELDS = ("step_time_s", "throughput_tokens_per_s", "mfu", "devices_used",
                  "memory_per_device_bytes", "solve_time_s")
 
