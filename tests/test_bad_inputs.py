@@ -4,7 +4,8 @@ The bad-input corpus (tests/data/bad/): every malformed or hostile input, run th
 the real command line as a user runs it, is rejected cleanly.
 
 For each case of ``tests/data/bad/index.yaml`` the test runs the command line ``nest ...``
-in a process of its own (forked from one that imported nest once, :mod:`cli_runner`) under
+in a process of its own (forked from one that imported nest and the modules its commands
+load lazily once, :mod:`cli_runner`) under
 a 1 GiB address-space limit (``RLIMIT_AS``) and a hang guard (a kill after ``TIMEOUT_S``; no
 wall-clock assertion otherwise) and asserts exit code 2, exactly
 one line on stderr of the form ``nest: error: ...`` containing every ``expect``
@@ -37,7 +38,7 @@ import pytest
 import yaml
 
 import nest
-from cli_runner import run_commands
+from cli_runner import CLI_MODULES, run_commands
 from nest.specs import JobSpec
 
 BAD = Path(__file__).resolve().parent / "data" / "bad"
@@ -79,7 +80,8 @@ def outcomes(request) -> dict[str, Outcome]:
             os.mkdir(tmp)
             commands.append({"argv": command(case, tmp), "cwd": str(BAD)})
         env = dict(os.environ, OMP_NUM_THREADS="1")  # cases run side by side
-        results = run_commands(commands, timeout_s=TIMEOUT_S, memory_bytes=MEMORY_BYTES, env=env)
+        results = run_commands(commands, timeout_s=TIMEOUT_S, memory_bytes=MEMORY_BYTES, env=env,
+                               preload=CLI_MODULES)
     return {case_id(c): Outcome(**r) for c, r in zip(selected, results)}
 
 

@@ -340,7 +340,7 @@ def _tiny_cluster(memory_gib: float):
     return replace(cluster, device=replace(cluster.device, memory_bytes=memory_gib * 2**30))
 
 
-@pytest.mark.parametrize("memory_gib", [80, 0.9])
+@pytest.mark.parametrize("memory_gib", [pytest.param(80, marks=pytest.mark.slow), 0.9])
 def test_the_search_with_expert_tp_is_the_exhaustive_optimum(memory_gib):
     """Two wide experts on 8 GPUs without ZeRO-2/3: brute force over every candidate
     (expert TP 1 or tp; dominated options too) and every split against both rankings.

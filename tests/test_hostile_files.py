@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cli_runner import run_commands
+from cli_runner import CLI_MODULES, run_commands
 from nest.errors import SpecError
 from nest.inputs.files import MAX_GRAPH_BYTES, MAX_SPEC_BYTES, check_writable, parse_json, parse_yaml, read_bytes
 
@@ -107,7 +107,8 @@ def outcomes(scratch) -> dict[str, dict]:
     names = sorted(CASES)
     commands = [{"argv": CASES[name][0], "cwd": str(scratch)} for name in names]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    results = run_commands(commands, timeout_s=TIMEOUT_S, memory_bytes=MEMORY_BYTES, env=env)
+    results = run_commands(commands, timeout_s=TIMEOUT_S, memory_bytes=MEMORY_BYTES, env=env,
+                           preload=CLI_MODULES)
     return dict(zip(names, results))
 
 
