@@ -55,7 +55,10 @@ QWEN3_ROUTER_CV = 1.87
 """nest's ``moe_load_cv`` of Qwen3-235B-A22B's trained router (the model zoo loads the
 checkpoint and trains on real data with an auxiliary loss): the value at which nest's
 step at 16k tokens is the published forced-balance throughput's 1.245 times as long
-dropless; the 32k-128k pairs are predictions."""
+dropless; the 32k-128k pairs are predictions. The H100 table's 4k rows do not say whether
+they forced balanced routing (``--moe-router-force-load-balancing``): the cross-node EP32
+rows are ``run_235b.sh``'s command, which does; the intra-node EP8 rows (other commits,
+no command given) are shown both ways."""
 MCR = "Megatron-Core MoE report (arXiv 2603.07685)"
 ZOO_MIXTRAL = "yanring/Megatron-MoE-ModelZoo best_practice/mixtral/run_mixtral_8x22B.sh (e865051)"
 MIXTRAL_ROUTER_CV = 0.05
@@ -84,6 +87,9 @@ class Run:
     tokens_per_gpu_s: float | None = None  # the published throughput, where given
     tflops_per_gpu: float | None = None  # or Megatron-LM's model TFLOP/s per GPU (megatron_flops)
     sets_router: bool = False  # its step set the router's moe_load_cv: shown, not counted in the errors
+    # the source does not say whether routing was forced: the moe_load_cv of the trained router
+    # the run loads, for the dropless reading shown beside the forced one
+    unstated_router_cv: float | None = None
 
     @property
     def measured_step_s(self) -> float | None:
@@ -157,17 +163,19 @@ RUNS = [
     Run("zoo-q3-235b-ep8-fsdp-h100", ZOO_QWEN3 + " (intra-node EP, FSDP, 17.6 s)", MODELS["qwen3-235b-a22b"], 256,
         4096, 2048, dict(tp=2, pp=1, dp=128, ep=8, micro_batch=4, sp=True, zero=3, recompute="full"),
         dict(ZOO_JOB, framework="megatron"), tokens_per_gpu_s=2048 * 4096 / (17.6 * 256),
-        notes="Megatron-FSDP (ZeRO-3), full recomputation, micro-batch 4"),
+        unstated_router_cv=QWEN3_ROUTER_CV, notes="Megatron-FSDP (ZeRO-3), full recomputation, micro-batch 4"),
     Run("zoo-q3-235b-a2a-pp32-h100", ZOO_QWEN3 + " (intra-node EP, A2A dispatcher, PP32, 24.2 s)",
         MODELS["qwen3-235b-a22b"], 256, 4096, 2048,
         dict(tp=2, pp=32, vp=3, dp=4, ep=8, micro_batch=1, sp=True, zero=1, recompute="layernorm,moe_act",
              layers_per_stage=[1] * 96),  # --account-for-embedding/loss-in-pipeline-split: 96 / 96
         dict(ZOO_JOB, moe_dispatcher="alltoall"), tokens_per_gpu_s=2048 * 4096 / (24.2 * 256),
+        unstated_router_cv=QWEN3_ROUTER_CV,
         notes="alltoall dispatcher; the embedding and the loss each count as a layer of the split"),
     Run("zoo-q3-235b-tp4-ep8-h100", ZOO_QWEN3 + " (intra-node EP, TP4, 29.0 s)", MODELS["qwen3-235b-a22b"], 256,
         4096, 2048, dict(tp=4, pp=8, vp=4, dp=8, ep=8, micro_batch=1, sp=True, zero=1, recompute="none",
                          layers_per_stage=ZOO_SPLIT_PP8_VP4),
-        dict(ZOO_JOB), tokens_per_gpu_s=2048 * 4096 / (29.0 * 256), notes="DeepEP (flex), no recomputation"),
+        dict(ZOO_JOB), tokens_per_gpu_s=2048 * 4096 / (29.0 * 256), unstated_router_cv=QWEN3_ROUTER_CV,
+        notes="DeepEP (flex), no recomputation"),
     *[Run(f"zoo-q3-235b-{seq // 1024}k-{'forced' if forced else 'dropless'}-h100",
           ZOO_QWEN3 + f" (Long Context table, {seq // 1024}k: {'forced balance' if forced else 'dropless'})",
           MODELS["qwen3-235b-a22b"], 256, seq, 256,

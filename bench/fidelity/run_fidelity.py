@@ -130,7 +130,9 @@ def modern_rows() -> list[dict]:
     (:data:`memory_runs.RUNS`), at their own configuration, split and job switches, on the
     NCCL-calibrated cluster; ``plain``: the same without the run's MoE dispatch switches
     (plain all-to-alls, fully exposed); ``tp_overlap``: the run's switches plus
-    ``tp_comm_overlap`` (the dense H100 recipes turn it on; not stated per row)."""
+    ``tp_comm_overlap`` (the dense H100 recipes turn it on; not stated per row);
+    ``dropless``: where the source does not say whether routing was forced, the run with
+    the trained router it loads (:attr:`memory_runs.Run.unstated_router_cv`)."""
     rows = []
     for run in MEMORY_RUNS:
         if run.measured_step_s is None:
@@ -138,6 +140,8 @@ def modern_rows() -> list[dict]:
         plain_job = {k: v for k, v in run.job.items() if k not in MOE_SWITCHES}
         plans = {name: modern_plan(run, job) for name, job in (
             ("nest", run.job), ("plain", plain_job), ("tp_overlap", {**run.job, "tp_comm_overlap": run.config["tp"] > 1}))}
+        if run.unstated_router_cv is not None:
+            plans["dropless"] = modern_plan(run, {**run.job, "moe_load_cv": run.unstated_router_cv})
         rows.append({"run": run, "measured": run.measured_step_s, **{k: p.step_time_s for k, p in plans.items()},
                      "breakdown": plans["nest"].breakdown_s, "mfu": plans["nest"].mfu})
     return rows
@@ -169,6 +173,12 @@ def modern_lines(rows: list[dict]) -> list[str]:
                      f"{r['plain']:.3f} | {pct(Row.err(r['plain'], r['measured']))} | "
                      f"{r['tp_overlap']:.3f} | {pct(Row.err(r['tp_overlap'], r['measured']))} | "
                      f"{100 * r['breakdown']['ep_comm'] / r['nest']:.0f}% | {100 * r['mfu']:.1f}% |")
+    unstated = [r for r in rows if "dropless" in r]
+    if unstated:
+        lines += ["", "Routing not stated (balanced above): the same runs with the trained router they load, "
+                  "dropless (`moe_load_cv` as given):", ""]
+        lines += [f"* {r['run'].id}: cv {r['run'].unstated_router_cv}, nest {r['dropless']:.3f} s, "
+                  f"{pct(Row.err(r['dropless'], r['measured']))}" for r in unstated]
     moe = lambda r: r["run"].model.is_moe and not r["run"].sets_router  # noqa: E731
     for label, pick in (("dense", lambda r: not r["run"].model.is_moe), ("MoE", moe),
                         ("MoE at 4k tokens", lambda r: moe(r) and r["run"].seq_len <= 4096),
