@@ -115,16 +115,29 @@ def _workers(pool) -> list:
     return list((getattr(pool, "_processes", None) or {}).values())
 
 
+EXIT_CODE_WAIT_S = 10.0
+"""How long a broken pool's worker may take to be reaped before its death is unnamed."""
+
+
 def _exit_codes(processes) -> list[int | None]:
     """The exit codes of a broken pool's workers (its survivors are being terminated).
-    A killed process closes its sentinel pipe a moment before it can be reaped: wait."""
+    A killed process closes its sentinel pipe a moment before it can be reaped, and the
+    pool's manager thread reaps the same processes: a ``waitpid`` that loses that race
+    finds no child (ECHILD) and reads as "still running" until the winner stores the code
+    on the shared handle, so look again until a code shows or the wait runs out."""
     codes = []
     for process in processes:
+        deadline = time.monotonic() + EXIT_CODE_WAIT_S
+        code = None
         try:
-            process.join(timeout=2.0)
-            codes.append(process.exitcode)
+            while True:
+                process.join(timeout=0.2)
+                code = process.exitcode
+                if code is not None or time.monotonic() > deadline:
+                    break
         except (OSError, ValueError, AssertionError):
-            codes.append(None)
+            code = None
+        codes.append(code)
     return codes
 
 
