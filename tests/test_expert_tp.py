@@ -360,6 +360,7 @@ def test_the_search_with_expert_tp_is_the_exhaustive_optimum(memory_gib):
             plan.step_time_s
 
 
+@pytest.mark.slow  # brute force over etp 2 and 4 at every tp: ~15 s alone
 def test_an_explicit_expert_tp_limit_searches_beyond_tp_exactly():
     """``SpaceLimits.etp`` names degrees the default leaves out (etp between 1 and tp, and
     above tp): the closed form's optimum over that space is the brute force's."""
