@@ -29,7 +29,7 @@ MAX_LINES = 700
 
 FLOORS = (
     ("errors", "units", "frozen_graph", "_lazy", "arrays"),
-    ("specs",),
+    ("specs", "degrees"),
     ("parallel",),
     ("frameworks",),
     ("network",),

@@ -51,6 +51,20 @@ def test_version_needs_no_planning_code():
     assert not {"nest.planner", "nest.search", "nest.cost", "nest.network"} & loaded
 
 
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["plan", "--help"], ["models"], ["clusters"]])
+def test_commands_that_plan_nothing_need_no_numpy(argv):
+    """The command line validates against :mod:`nest.degrees` and :mod:`nest.specs`, which
+    need no numpy (60-120 ms of a 0.1-0.25 s start-up); only a command that costs
+    something imports it."""
+    loaded = loaded_after(f"import nest.cli\ntry:\n    nest.cli.main({argv!r})\nexcept SystemExit:\n    pass")
+    assert "nest.cli" in loaded and "numpy" not in loaded
+
+
+def test_space_limits_from_the_package_need_no_numpy():
+    loaded = loaded_after("import nest\nnest.SpaceLimits(tp=(8,)).orders()")
+    assert "nest.degrees" in loaded and "numpy" not in loaded
+
+
 @pytest.fixture(scope="module")
 def tier_plan_modules() -> set[str]:
     return loaded_after("import nest.cli\n"

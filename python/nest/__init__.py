@@ -25,7 +25,7 @@ _EXPORTS = {
     "OptimizerSpec": ".specs",
     "Plan": ".result",
     "RuleError": ".errors",
-    "SpaceLimits": ".parallel",
+    "SpaceLimits": ".degrees",
     "SpecError": ".errors",
     "Stage": ".result",
     "Tier": ".specs",
@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and editors
     from .inputs.loading import load_cluster as load_cluster
     from .inputs.loading import load_device as load_device
     from .inputs.loading import load_model as load_model
-    from .parallel import SpaceLimits as SpaceLimits
+    from .degrees import SpaceLimits as SpaceLimits
     from .planner import evaluate as evaluate
     from .planner import plan as plan
     from .planner import simulate as simulate

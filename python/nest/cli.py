@@ -18,7 +18,7 @@ from dataclasses import replace
 from . import __version__
 from .cli_args import LIMIT_FLAGS, add_limits, fraction, int_list, narrowed_limits, non_negative, positive_int
 from .errors import InfeasibleError, SpecError
-from .parallel import DEFAULT_ORDER, RECOMPUTE_MODES, SpaceLimits
+from .degrees import DEFAULT_ORDER, RECOMPUTE_MODES, SpaceLimits
 from .specs import FP8_RECIPES, FRAMEWORKS, MOE_DISPATCHERS, MOMENT_BYTES, OFFLOAD_HANDLERS
 from .units import GiB
 

@@ -10,7 +10,7 @@ import sys
 from dataclasses import replace
 
 from .errors import SpecError
-from .parallel import RECOMPUTE_MODES, ZERO_STAGES, SpaceLimits
+from .degrees import RECOMPUTE_MODES, ZERO_STAGES, SpaceLimits
 
 
 def positive_int(text: str) -> int:
