@@ -11,9 +11,9 @@ address space they take is added to the children's limit.
 usage: python tests/cli_runner.py < commands.json > results.json
 
 ``commands.json``: ``{"parallel": N, "timeout_s": T, "memory_bytes": M, "preload":
-[MODULE, ...], "commands": [{"argv": [...], "cwd": DIR}, ...]}``; the results are ``[{"returncode", "stdout",
-"stderr"}, ...]`` in the same order. Imported by the tests (pytest puts this directory on
-sys.path) for :func:`run_commands`.
+[MODULE, ...], "commands": [{"argv": [...], "cwd": DIR}, ...]}``; the results are
+``[{"returncode", "stdout", "stderr"}, ...]`` in the same order. Imported by the tests
+(pytest puts this directory on sys.path) for :func:`run_commands`.
 """
 
 from __future__ import annotations
