@@ -423,6 +423,24 @@ def test_a_worker_that_keeps_dying_is_one_error_line(tmp_path, monkeypatch):
         list(sweep_pool.iter_local(_die_once, [(str(tmp_path / "once"), [1])], 1))
 
 
+def test_grid_jobs_take_the_expert_load_imbalance():
+    """``moe_load_cv`` is a job key: its scenarios are their own (ids), their rows carry it,
+    an imbalanced router only lengthens the step, and JobSpec's rule names the grid field."""
+    job = {"global_batch": 256, "seq_len": 4096}
+    grid = {"models": ["mixtral-8x7b"], "clusters": [{"cluster": "dgx-h100", "devices": [64]}],
+            "jobs": [job, {**job, "moe_load_cv": 0.5}]}
+    balanced, skewed = expand_grid(grid)
+    assert balanced.id != skewed.id
+    rows = [run_scenario(s) for s in (balanced, skewed)]
+    assert "moe_load_cv" not in rows[0] and rows[1]["moe_load_cv"] == 0.5
+    assert rows[0]["status"] == rows[1]["status"] == "ok" and rows[1]["step_time_s"] > rows[0]["step_time_s"]
+    for bad, why in ((-1, "must be a finite number >= 0"), (True, "must be a finite number >= 0"),
+                     (99, "must be at most 16.0")):
+        grid["jobs"][1]["moe_load_cv"] = bad
+        with pytest.raises(nest.SpecError, match=rf"^grid.jobs\[1\].moe_load_cv = {bad}: {why}$"):
+            expand_grid(grid)
+
+
 def test_grid_jobs_take_the_fp8_recipe_and_the_offload_handler(tmp_path):
     from nest.studies.sweep import build_inputs
 

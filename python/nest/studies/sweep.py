@@ -13,7 +13,8 @@ A grid file (YAML or JSON) names the axes; their cartesian product is the scenar
     memory_GiB: [80, 141]                      # optional HBM sizes (omit: the device's own)
     jobs:                                      # optional (omit: each model's published job)
       - {global_batch: 1024, seq_len: 4096}    # also dtype, framework, moe_dispatcher, fp8_recipe,
-                                               # activation_offload_handler and the overlap switches
+                                               # activation_offload_handler, moe_load_cv (expert load
+                                               # imbalance, >= 0) and the overlap switches
                                                # (overlap_grad_reduce: true, ...)
     limits: {tp: [4, 8], zero: [1]}            # optional: the search limits of every scenario
                                                # (SpaceLimits fields; nest plan's --tp ... flags)
@@ -109,7 +110,7 @@ from ..parallel import SpaceLimits
 from ..planner import plan
 from ..presets.clusters import CLUSTERS
 from ..report.progress import Progress
-from ..specs import DTYPE_BYTES, FP8_RECIPES, FRAMEWORKS, MOE_DISPATCHERS, OFFLOAD_HANDLERS, OVERLAP_SWITCHES
+from ..specs import DTYPE_BYTES, FP8_RECIPES, FRAMEWORKS, MOE_DISPATCHERS, OFFLOAD_HANDLERS, OVERLAP_SWITCHES, JobSpec
 from ..units import GiB
 from .journal import (
     Journal,
@@ -132,7 +133,9 @@ _GRID_KEYS = {"models", "clusters", "bandwidth_multipliers", "oversubscription",
 _JOB_CHOICES = {"dtype": tuple(DTYPE_BYTES), "framework": FRAMEWORKS, "moe_dispatcher": MOE_DISPATCHERS,
                 "fp8_recipe": FP8_RECIPES, "activation_offload_handler": OFFLOAD_HANDLERS}
 """The grid's job keys that name one of a few values (``JobSpec`` fields of the same names)."""
-_JOB_KEYS = {"global_batch", "seq_len", *_JOB_CHOICES, *OVERLAP_SWITCHES}
+_JOB_REALS = ("moe_load_cv",)
+"""The grid's job keys that take a real number (``JobSpec`` fields, validated by it)."""
+_JOB_KEYS = {"global_batch", "seq_len", *_JOB_CHOICES, *_JOB_REALS, *OVERLAP_SWITCHES}
 
 MAX_SCENARIOS = 1_000_000
 """Most scenarios one grid may expand to (a million plans is hours of CPU; beyond that a
@@ -174,6 +177,14 @@ def _number(value, field: str, *, integer=False):
     if not ok or isinstance(value, bool) or not value > 0 or not math.isfinite(value):
         raise SpecError(f"{field} = {short_repr(value)}: must be a positive {'integer' if integer else 'number'}")
     return value
+
+
+def _job_real(value, field: str, key: str):
+    """``value`` as ``JobSpec``'s ``key`` accepts it (its own rule, named as ``field``)."""
+    try:
+        JobSpec(global_batch=1, seq_len=1, **{key: value})
+    except SpecError as error:
+        raise SpecError(str(error).replace(f"job.{key}", field, 1)) from None
 
 
 def _resolve(path: str, base: Path | None) -> str:
@@ -290,6 +301,9 @@ def expand_grid(grid, framework: str | None = None) -> list[Scenario]:
         for key in OVERLAP_SWITCHES:
             if key in job and not isinstance(job[key], bool):
                 raise SpecError(f"grid.jobs[{j}].{key} = {short_repr(job[key])}: must be true or false")
+        for key in _JOB_REALS:
+            if key in job:
+                _job_real(job[key], f"grid.jobs[{j}].{key}", key)
         jobs.append({k: job[k] for k in sorted(job)})
     if framework not in (None, "any"):  # unchanged ids (and resumes) for grids without one
         jobs = [{"framework": framework, **(job or {})} for job in jobs]
@@ -408,7 +422,7 @@ def build_inputs(params: dict):
     if params.get("job"):
         spec = params["job"]
         job = job_spec(model, global_batch=spec.get("global_batch"), seq_len=spec.get("seq_len"),
-                       **{key: spec[key] for key in (*_JOB_CHOICES, *OVERLAP_SWITCHES) if key in spec})
+                       **{key: spec[key] for key in (*_JOB_CHOICES, *_JOB_REALS, *OVERLAP_SWITCHES) if key in spec})
     return model, cluster, job
 
 
@@ -432,7 +446,7 @@ def _flat_params(params: dict) -> dict:
     job = params.get("job") or {}
     row["global_batch"] = job.get("global_batch")
     row["seq_len"] = job.get("seq_len")
-    for key in _JOB_CHOICES:
+    for key in (*_JOB_CHOICES, *_JOB_REALS):
         if key in job:
             row[key] = job[key]
     for key in OVERLAP_SWITCHES:
