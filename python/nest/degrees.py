@@ -1,7 +1,8 @@
 """The names of the parallel degrees and the search's limits on them, without numpy: what
 the command line validates its arguments against before a command needs the cost model
 (``nest --help``, ``--version``, ``models`` and ``clusters`` then start without numpy).
-:mod:`nest.parallel` re-exports every name; it is their home for everything else.
+This module is their home; :mod:`nest.parallel` re-exports every name beside the
+configuration and candidate types that use them.
 """
 
 from __future__ import annotations
