@@ -281,25 +281,82 @@ def _weights(fracs: np.ndarray, amount: np.ndarray, lens: np.ndarray) -> np.ndar
     return fracs * np.repeat(amount, lens)
 
 
-def _ratios(links: np.ndarray, weight: np.ndarray, label: np.ndarray, lens: np.ndarray, nlabels: int,
-            capacity: np.ndarray) -> np.ndarray:
-    """Per label, the largest ``load / capacity`` over links, loads the sums of ``weight``
-    per link (``label`` per flow, ``lens[i]`` entries of flow ``i``). One label: a dense sum
-    over the links; several (pipeline boundaries, each a few flows): over the (label, link)
-    pairs used only."""
-    n_links = len(capacity)
+_CHUNK = 1 << 16
+"""DAG entries (about) per chunk of flows whose loads are added at once: a chunk's
+temporaries (entry positions, links, weights) stay in cache."""
+
+
+def _flow_chunks(label: np.ndarray, lens: np.ndarray) -> list[tuple[int, int]]:
+    """Consecutive flow ranges ``(a, z)`` covering every flow in order, each inside one label
+    and starting a new one where a flow's first entry enters the next ``_CHUNK`` entries."""
+    n = len(lens)
+    if n == 0:
+        return []
+    first = np.cumsum(lens) - lens
+    cut = np.ones(n, dtype=bool)
+    cut[1:] = (label[1:] != label[:-1]) | (first[1:] // _CHUNK != first[:-1] // _CHUNK)
+    starts = np.flatnonzero(cut)
+    return list(zip(starts.tolist(), np.r_[starts[1:], n].tolist()))
+
+
+def _ratios(label: np.ndarray, lens: np.ndarray, nlabels: int, capacity: np.ndarray, entries) -> np.ndarray:
+    """Per label, the largest ``load / capacity`` over links, a link's load the sum of its
+    entries' weights (``label`` per flow, ascending: route() sorts the flows by label;
+    ``lens[i]`` entries of flow ``i``; ``entries(a, z)``: ``(links, weights)`` of flows ``a``
+    to ``z - 1``, flow after flow). Loads are added entry by entry in flow order
+    (``np.add.at``, as the one ``bincount`` over every entry did: the same sums, bit for
+    bit), a chunk of flows at a time (:func:`_flow_chunks`: no array as long as all the
+    entries), into one array of links whose links a label touched are read and cleared
+    when the label ends (no label x link table, no sort of (label, link) keys)."""
+    if nlabels > 1 and len(label) > 1 and (label[1:] < label[:-1]).any():
+        raise ValueError("flows must come label after label")
+    if nlabels > 1 and lens.sum() < _LABEL_ENTRIES * len(np.unique(label)):
+        return _small_label_ratios(label, lens, nlabels, capacity, *entries(0, len(lens)))
+    load = np.zeros(len(capacity))
+    ratio = np.zeros(nlabels)
+    chunks = _flow_chunks(label, lens)
+    touched: list[np.ndarray] = []
     with np.errstate(divide="ignore", invalid="ignore"):
-        if nlabels == 1:
-            load = np.bincount(links, weights=weight, minlength=n_links)
-            return np.array([(load / capacity).max()]) if len(load) else np.zeros(1)
-        key = np.repeat(label, lens) * n_links + links
+        for i, (a, z) in enumerate(chunks):
+            links, weight = entries(a, z)
+            np.add.at(load, links, weight)
+            if nlabels > 1:
+                touched.append(links)
+                if i + 1 == len(chunks) or label[chunks[i + 1][0]] != label[a]:
+                    used = np.concatenate(touched)
+                    if 4 * len(used) > len(load):  # most links touched: read and clear them all
+                        ratio[label[a]] = (load / capacity).max()
+                        load[:] = 0.0
+                    elif len(used):  # capacities are positive: untouched links (load 0) are not the largest
+                        ratio[label[a]] = max(0.0, float((load[used] / capacity[used]).max()))
+                        load[used] = 0.0
+                    touched = []
+        if nlabels == 1 and len(load):
+            ratio[0] = (load / capacity).max()
+    return ratio
+
+
+_LABEL_ENTRIES = 2048
+"""Entries per label (on average) below which the labels' loads are summed at once
+(:func:`_small_label_ratios`): a label of a few flows costs less in one array with the
+others than in a pass of its own."""
+
+
+def _small_label_ratios(label: np.ndarray, lens: np.ndarray, nlabels: int, capacity: np.ndarray,
+                        links: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """:func:`_ratios` of many small labels: loads per (label, link), summed entry by entry
+    in flow order (``bincount``) over a dense label x link table when it is small next to
+    the entries, else over the pairs used."""
+    n_links = len(capacity)
+    key = np.repeat(label, lens) * n_links + links
+    with np.errstate(divide="ignore", invalid="ignore"):
         if nlabels * n_links <= max(4 * len(links), 1 << 16):  # dense is cheaper than sorting
             load = np.bincount(key, weights=weight, minlength=nlabels * n_links).reshape(nlabels, n_links)
             return (load / capacity).max(axis=1)
         used, which = np.unique(key, return_inverse=True)
         load = np.bincount(which.ravel(), weights=weight, minlength=len(used))
         ratio = np.zeros(nlabels)
-        np.maximum.at(ratio, used // len(capacity), load / capacity[used % len(capacity)])
+        np.maximum.at(ratio, used // n_links, load / capacity[used % n_links])
         return ratio
 
 
@@ -339,9 +396,12 @@ class Routes:
         return ids
 
     def _price(self, store: DagStore, ids: np.ndarray, amount, label, nlabels) -> tuple[np.ndarray, np.ndarray]:
-        lens, links, fracs = store.gather(ids)
-        ratio = _ratios(links, _weights(fracs, amount, lens), label, lens, nlabels, self.comp.ecap)
-        return ratio, store.lat.view[ids]
+        lens = store.ptr.view[ids + 1] - store.ptr.view[ids]
+
+        def entries(a, z):
+            part, links, fracs = store.gather(ids[a:z])
+            return links, _weights(fracs, amount[a:z], part)
+        return _ratios(label, lens, nlabels, self.comp.ecap, entries), store.lat.view[ids]
 
     def flows(self, s: np.ndarray, t: np.ndarray, amount: np.ndarray, label: np.ndarray, nlabels: int
               ) -> tuple[np.ndarray, np.ndarray]:
@@ -364,10 +424,14 @@ class RelabeledRoutes(Routes):
     def flows(self, s, t, amount, label, nlabels):
         s0, t0 = self.sym.canonical(s, t)
         ids = self._ids(self.store, s0, t0)
-        lens, links, fracs = self.store.gather(ids)
-        links = self.sym.map_links(np.repeat(self.sym.element(s), lens, axis=0), links)
-        return _ratios(links, _weights(fracs, amount, lens), label, lens, nlabels, self.comp.ecap), \
-            self.store.lat.view[ids]
+        store, element = self.store, self.sym.element(s)
+        lens = store.ptr.view[ids + 1] - store.ptr.view[ids]
+
+        def entries(a, z):
+            part, links, fracs = store.gather(ids[a:z])
+            links = self.sym.map_links(np.repeat(element[a:z], part, axis=0), links)
+            return links, _weights(fracs, amount[a:z], part)
+        return _ratios(label, lens, nlabels, self.comp.ecap, entries), store.lat.view[ids]
 
 
 class TranslatedRoutes(Routes):
@@ -383,12 +447,18 @@ class TranslatedRoutes(Routes):
     def flows(self, s, t, amount, label, nlabels):
         s0, t0 = self.sym.canonical(s, t)
         ids = self._ids(self.store, s0, t0)
-        self.cells.extend(self.grid.link_cell[self.store.edge.view[self.cells.size:]])
-        lens, idx = self.store.entries(ids)
-        links = self.grid.moved(self.cells.view[idx], self.sym.element(s), lens)
-        fracs = self.store.frac.view[idx]
-        return _ratios(links, _weights(fracs, amount, lens), label, lens, nlabels, self.comp.ecap), \
-            self.store.lat.view[ids]
+        store = self.store
+        self.cells.extend(self.grid.link_cell[store.edge.view[self.cells.size:]])
+        cells, fracs, cell_link = self.cells.view, store.frac.view, self.grid.cell_link
+        starts = store.ptr.view[ids]
+        lens = store.ptr.view[ids + 1] - starts
+        shift = self.grid.shift(self.sym.element(s))
+
+        def entries(a, z):
+            part = lens[a:z]
+            idx = _ranges(starts[a:z], part)
+            return cell_link[cells[idx] + np.repeat(shift[a:z], part)], _weights(fracs[idx], amount[a:z], part)
+        return _ratios(label, lens, nlabels, self.comp.ecap, entries), store.lat.view[ids]
 
 
 def routes_of(comp: CompiledGraph) -> Routes:
