@@ -119,3 +119,26 @@ def test_prices_do_not_depend_on_the_chunks(make, monkeypatch):
     flow_by_flow = prices(make())
     for a, b in zip(whole, flow_by_flow):
         assert all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def test_a_label_seen_before_costs_what_it_cost(monkeypatch):
+    """Labelled sets sharing labels (the same flows and amounts, under other label numbers
+    and beside other labels) price like a fresh graph pricing them alone: a label's ratio
+    kept by the digest of its flows is the one its loads give."""
+    monkeypatch.setattr(paths, "_LABEL_ENTRIES", 0)  # every label its own pass (and kept)
+    monkeypatch.setattr(paths, "_CHUNK", 64)
+    n = 96
+    rng = np.random.default_rng(5)
+    pairs = rng.integers(0, n, size=(4 * n, 2))
+    labels = np.repeat(np.arange(4), n)
+    for make in (lambda: generators.torus((4, 6, 4)), lambda: generators.dragonfly(6, 4, 4)):
+        graph = make()
+        with_known = [routing.point_to_point_sets(graph, pairs, labels, 4),
+                      routing.point_to_point_sets(graph, pairs[n:], labels[n:] - 1, 3),
+                      routing.point_to_point_sets(graph, pairs[::-1], 3 - labels[::-1], 4)]
+        fresh = [routing.point_to_point_sets(make(), pairs, labels, 4),
+                 routing.point_to_point_sets(make(), pairs[n:], labels[n:] - 1, 3),
+                 routing.point_to_point_sets(make(), pairs[::-1], 3 - labels[::-1], 4)]
+        for a, b in zip(with_known, fresh):
+            assert all(np.array_equal(x, y) for x, y in zip(a, b))
+        assert len(routing.compile_graph(graph).routes.known) > 0

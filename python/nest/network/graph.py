@@ -68,10 +68,11 @@ def _host_distances(comp: CompiledGraph) -> tuple[np.ndarray, np.ndarray]:
     return hosts, condensed
 
 
-_CODED_HOSTS = 4096
+_CODED_HOSTS = 8192
 """Hosts from which a torus clusters on byte codes of its distances
 (:func:`~nest.network.linkage.nn_chain_complete`) instead of SciPy's float64 condensed
-matrix (1 GiB at 16384 chips, and SciPy's copy of it)."""
+matrix (1 GiB at 16384 chips, and SciPy's copy of it). Below, SciPy's compiled loop is
+the faster (4096 chips: 0.45 s against 0.64 s; 8192: 2.5 s against 1.7 s)."""
 
 
 def _torus_codes(comp: CompiledGraph):

@@ -131,6 +131,7 @@ class DistanceRows:
         self.comp = comp
         self.matrix = comp.cost_matrix
         self.index: dict[int, int] = {}
+        self.row_of = np.full(comp.cost_matrix.shape[0], -1, dtype=np.int64)  # self.index as a table
         self.buffer = np.zeros((16, comp.cost_matrix.shape[0]), dtype=np.float32)
         self._tight: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._tight_size = 0
@@ -142,7 +143,9 @@ class DistanceRows:
 
     def rows(self, sources: np.ndarray) -> np.ndarray:
         """Row of each source (computed if new)."""
-        new = [s for s in dict.fromkeys(sources.tolist()) if s not in self.index]
+        missing = sources[self.row_of[sources] < 0]
+        _, first = np.unique(missing, return_index=True)
+        new = missing[np.sort(first)].tolist()  # in the order they first come
         step = max(1, _ROW_ELEMENTS // self.buffer.shape[1])
         for at in range(0, len(new), step):
             part = new[at:at + step]
@@ -156,7 +159,8 @@ class DistanceRows:
             self.buffer[used:used + len(part)] = dist
             for s in part:
                 self.index[s] = len(self.index)
-        return np.array([self.index[s] for s in sources.tolist()], dtype=np.int64)
+            self.row_of[part] = np.arange(used, used + len(part))
+        return self.row_of[sources]
 
     def tight(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The links on a shortest path from each row's source (``d(u) + cost = d(v)``),
@@ -277,7 +281,7 @@ def compute_dags(comp: CompiledGraph, rows: DistanceRows, s: np.ndarray, t: np.n
 def _weights(fracs: np.ndarray, amount: np.ndarray, lens: np.ndarray) -> np.ndarray:
     """Bytes per DAG entry: its share of its flow's amount (``lens[i]`` entries of flow ``i``)."""
     if len(amount) and amount.min() == amount.max():  # one amount for all (rings): no repeat
-        return fracs * amount[0]
+        return fracs if amount[0] == 1.0 else fracs * amount[0]  # x * 1.0 is x, bit for bit
     return fracs * np.repeat(amount, lens)
 
 
@@ -299,7 +303,8 @@ def _flow_chunks(label: np.ndarray, lens: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(starts.tolist(), np.r_[starts[1:], n].tolist()))
 
 
-def _ratios(label: np.ndarray, lens: np.ndarray, nlabels: int, capacity: np.ndarray, entries) -> np.ndarray:
+def _ratios(label: np.ndarray, lens: np.ndarray, nlabels: int, capacity: np.ndarray, entries,
+            key=None, known: dict | None = None) -> np.ndarray:
     """Per label, the largest ``load / capacity`` over links, a link's load the sum of its
     entries' weights (``label`` per flow, ascending: route() sorts the flows by label;
     ``lens[i]`` entries of flow ``i``; ``entries(a, z)``: ``(links, weights)`` of flows ``a``
@@ -307,49 +312,85 @@ def _ratios(label: np.ndarray, lens: np.ndarray, nlabels: int, capacity: np.ndar
     (``np.add.at``, as the one ``bincount`` over every entry did: the same sums, bit for
     bit), a chunk of flows at a time (:func:`_flow_chunks`: no array as long as all the
     entries), into one array of links whose links a label touched are read and cleared
-    when the label ends (no label x link table, no sort of (label, link) keys)."""
+    when the label ends (no label x link table, no sort of (label, link) keys). With
+    ``key(a, z)`` (a name of the flows ``a`` to ``z - 1`` of one label) a label's ratio is
+    kept in ``known`` and read from there when the same flows come again."""
     if nlabels > 1 and len(label) > 1 and (label[1:] < label[:-1]).any():
         raise ValueError("flows must come label after label")
-    if nlabels > 1 and lens.sum() < _LABEL_ENTRIES * len(np.unique(label)):
-        return _small_label_ratios(label, lens, nlabels, capacity, *entries(0, len(lens)))
+    total = int(lens.sum())
+    if total <= _CHUNK or (nlabels > 1 and total < _LABEL_ENTRIES * len(np.unique(label))):
+        return _one_pass_ratios(label, lens, nlabels, capacity, *entries(0, len(lens)))
     load = np.zeros(len(capacity))
     ratio = np.zeros(nlabels)
     chunks = _flow_chunks(label, lens)
-    touched: list[np.ndarray] = []
+    i = 0
     with np.errstate(divide="ignore", invalid="ignore"):
-        for i, (a, z) in enumerate(chunks):
-            links, weight = entries(a, z)
-            np.add.at(load, links, weight)
-            if nlabels > 1:
-                touched.append(links)
-                if i + 1 == len(chunks) or label[chunks[i + 1][0]] != label[a]:
-                    used = np.concatenate(touched)
-                    if 4 * len(used) > len(load):  # most links touched: read and clear them all
-                        ratio[label[a]] = (load / capacity).max()
-                        load[:] = 0.0
-                    elif len(used):  # capacities are positive: untouched links (load 0) are not the largest
-                        ratio[label[a]] = max(0.0, float((load[used] / capacity[used]).max()))
-                        load[used] = 0.0
-                    touched = []
-        if nlabels == 1 and len(load):
-            ratio[0] = (load / capacity).max()
+        while i < len(chunks):
+            first = chunks[i][0]
+            j = i + 1
+            while j < len(chunks) and label[chunks[j][0]] == label[first]:
+                j += 1
+            name = key(first, chunks[j - 1][1]) if key is not None else None
+            if name is not None and name in known:
+                ratio[label[first]] = known[name]
+                i = j
+                continue
+            touched = []
+            for a, z in chunks[i:j]:
+                links, weight = entries(a, z)
+                if nlabels == 1 and a == 0:  # the first chunk of the one label: a bincount from zero
+                    load = np.bincount(links, weights=weight, minlength=len(capacity))
+                    continue
+                np.add.at(load, links, weight)
+                if nlabels > 1:
+                    touched.append(links)
+            if nlabels == 1:
+                value = float((load / capacity).max())
+            else:
+                used = np.concatenate(touched) if touched else np.zeros(0, dtype=np.int64)
+                if not len(used):
+                    value = 0.0
+                elif 4 * len(used) > len(load):  # most links touched: read and clear them all
+                    value = float((load / capacity).max())
+                    load[:] = 0.0
+                else:  # capacities are positive: untouched links (load 0) are not the largest
+                    value = max(0.0, float((load[used] / capacity[used]).max()))
+                    load[used] = 0.0
+            ratio[label[first]] = value
+            if name is not None:
+                known[name] = value
+            i = j
     return ratio
+
+
+def _flow_key(s: np.ndarray, t: np.ndarray, amount: np.ndarray):
+    """``key(a, z)`` for :func:`_ratios`: a digest of the pairs and amounts of flows ``a`` to
+    ``z - 1`` (what a label's loads depend on)."""
+    import hashlib
+
+    def key(a, z):
+        return hashlib.blake2b(s[a:z].tobytes() + t[a:z].tobytes() + amount[a:z].tobytes(), digest_size=16).digest()
+    return key
 
 
 _LABEL_ENTRIES = 2048
 """Entries per label (on average) below which the labels' loads are summed at once
-(:func:`_small_label_ratios`): a label of a few flows costs less in one array with the
+(:func:`_one_pass_ratios`): a label of a few flows costs less in one array with the
 others than in a pass of its own."""
 
 
-def _small_label_ratios(label: np.ndarray, lens: np.ndarray, nlabels: int, capacity: np.ndarray,
-                        links: np.ndarray, weight: np.ndarray) -> np.ndarray:
-    """:func:`_ratios` of many small labels: loads per (label, link), summed entry by entry
-    in flow order (``bincount``) over a dense label x link table when it is small next to
-    the entries, else over the pairs used."""
+def _one_pass_ratios(label: np.ndarray, lens: np.ndarray, nlabels: int, capacity: np.ndarray,
+                     links: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """:func:`_ratios` of a few entries, or of many small labels, in one pass: loads per
+    (label, link), summed entry by entry in flow order (``bincount``) over the links (one
+    label), a dense label x link table when it is small next to the entries, else over
+    the pairs used."""
     n_links = len(capacity)
-    key = np.repeat(label, lens) * n_links + links
     with np.errstate(divide="ignore", invalid="ignore"):
+        if nlabels == 1:
+            load = np.bincount(links, weights=weight, minlength=n_links)
+            return np.array([(load / capacity).max()]) if len(load) else np.zeros(1)
+        key = np.repeat(label, lens) * n_links + links
         if nlabels * n_links <= max(4 * len(links), 1 << 16):  # dense is cheaper than sorting
             load = np.bincount(key, weights=weight, minlength=nlabels * n_links).reshape(nlabels, n_links)
             return (load / capacity).max(axis=1)
@@ -372,6 +413,7 @@ class Routes:
         self.in_ptr = np.searchsorted(comp.ev, np.arange(self.nr + 1))  # links are sorted by head
         self.store = DagStore()
         self.batch = 1024  # pairs per DAG batch, adapted to the DAG sizes seen
+        self.known: dict[bytes, float] = {}  # a label's ratio by the digest of its flows (_flow_key)
 
     @property
     def pairs_routed(self) -> int:
@@ -395,20 +437,21 @@ class Routes:
             ids[~found] = first + where.ravel()
         return ids
 
-    def _price(self, store: DagStore, ids: np.ndarray, amount, label, nlabels) -> tuple[np.ndarray, np.ndarray]:
+    def _price(self, store: DagStore, ids: np.ndarray, s, t, amount, label, nlabels) -> tuple[np.ndarray, np.ndarray]:
         lens = store.ptr.view[ids + 1] - store.ptr.view[ids]
 
         def entries(a, z):
             part, links, fracs = store.gather(ids[a:z])
             return links, _weights(fracs, amount[a:z], part)
-        return _ratios(label, lens, nlabels, self.comp.ecap, entries), store.lat.view[ids]
+        return _ratios(label, lens, nlabels, self.comp.ecap, entries, _flow_key(s, t, amount), self.known), \
+            store.lat.view[ids]
 
     def flows(self, s: np.ndarray, t: np.ndarray, amount: np.ndarray, label: np.ndarray, nlabels: int
               ) -> tuple[np.ndarray, np.ndarray]:
         """``(ratio[label], latency per flow)`` of flows ``s -> t`` (router pairs, ``s !=
         t``) carrying ``amount`` each: per label, the largest load over capacity of a link
         (loads summed over the label's flows)."""
-        return self._price(self.store, self._ids(self.store, s, t), amount, label, nlabels)
+        return self._price(self.store, self._ids(self.store, s, t), s, t, amount, label, nlabels)
 
 
 class RelabeledRoutes(Routes):
@@ -431,7 +474,8 @@ class RelabeledRoutes(Routes):
             part, links, fracs = store.gather(ids[a:z])
             links = self.sym.map_links(np.repeat(element[a:z], part, axis=0), links)
             return links, _weights(fracs, amount[a:z], part)
-        return _ratios(label, lens, nlabels, self.comp.ecap, entries), store.lat.view[ids]
+        return _ratios(label, lens, nlabels, self.comp.ecap, entries, _flow_key(s, t, amount), self.known), \
+            store.lat.view[ids]
 
 
 class TranslatedRoutes(Routes):
@@ -458,7 +502,8 @@ class TranslatedRoutes(Routes):
             part = lens[a:z]
             idx = _ranges(starts[a:z], part)
             return cell_link[cells[idx] + np.repeat(shift[a:z], part)], _weights(fracs[idx], amount[a:z], part)
-        return _ratios(label, lens, nlabels, self.comp.ecap, entries), store.lat.view[ids]
+        return _ratios(label, lens, nlabels, self.comp.ecap, entries, _flow_key(s, t, amount), self.known), \
+            store.lat.view[ids]
 
 
 def routes_of(comp: CompiledGraph) -> Routes:

@@ -232,11 +232,6 @@ class TranslationGrid:
             offset += g[:, axis] * self.stride[axis]
         return offset * self.ports
 
-    def moved(self, cells: np.ndarray, g: np.ndarray, lens: np.ndarray) -> np.ndarray:
-        """Links of canonical DAG cells (:attr:`link_cell`) translated by ``g`` (one row per
-        flow, ``lens[i]`` cells of flow ``i``, flow after flow)."""
-        return self.cell_link[cells + np.repeat(self.shift(g), lens)]
-
 
 def circulant(sym: RouterSymmetry, row: np.ndarray):
     """For a translation group whose routers are its grid in row-major order (tori): a
