@@ -318,7 +318,7 @@ def _ratios(label: np.ndarray, lens: np.ndarray, nlabels: int, capacity: np.ndar
     if nlabels > 1 and len(label) > 1 and (label[1:] < label[:-1]).any():
         raise ValueError("flows must come label after label")
     total = int(lens.sum())
-    if total <= _CHUNK or (nlabels > 1 and total < _LABEL_ENTRIES * len(np.unique(label))):
+    if total <= _CHUNK if nlabels == 1 else total < _LABEL_ENTRIES * len(np.unique(label)):
         return _one_pass_ratios(label, lens, nlabels, capacity, *entries(0, len(lens)))
     load = np.zeros(len(capacity))
     ratio = np.zeros(nlabels)
