@@ -131,6 +131,7 @@ class DistanceRows:
         self.comp = comp
         self.matrix = comp.cost_matrix
         self.index: dict[int, int] = {}
+        self.row_of = np.full(comp.cost_matrix.shape[0], -1, dtype=np.int64)  # self.index as a table
         self.buffer = np.zeros((16, comp.cost_matrix.shape[0]), dtype=np.float32)
         self._tight: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._tight_size = 0
@@ -142,7 +143,9 @@ class DistanceRows:
 
     def rows(self, sources: np.ndarray) -> np.ndarray:
         """Row of each source (computed if new)."""
-        new = [s for s in dict.fromkeys(sources.tolist()) if s not in self.index]
+        missing = sources[self.row_of[sources] < 0]
+        _, first = np.unique(missing, return_index=True)
+        new = missing[np.sort(first)].tolist()  # in the order they first come
         step = max(1, _ROW_ELEMENTS // self.buffer.shape[1])
         for at in range(0, len(new), step):
             part = new[at:at + step]
@@ -156,7 +159,8 @@ class DistanceRows:
             self.buffer[used:used + len(part)] = dist
             for s in part:
                 self.index[s] = len(self.index)
-        return np.array([self.index[s] for s in sources.tolist()], dtype=np.int64)
+            self.row_of[part] = np.arange(used, used + len(part))
+        return self.row_of[sources]
 
     def tight(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The links on a shortest path from each row's source (``d(u) + cost = d(v)``),
@@ -277,16 +281,110 @@ def compute_dags(comp: CompiledGraph, rows: DistanceRows, s: np.ndarray, t: np.n
 def _weights(fracs: np.ndarray, amount: np.ndarray, lens: np.ndarray) -> np.ndarray:
     """Bytes per DAG entry: its share of its flow's amount (``lens[i]`` entries of flow ``i``)."""
     if len(amount) and amount.min() == amount.max():  # one amount for all (rings): no repeat
-        return fracs * amount[0]
+        return fracs if amount[0] == 1.0 else fracs * amount[0]  # x * 1.0 is x, bit for bit
     return fracs * np.repeat(amount, lens)
 
 
-def _ratios(links: np.ndarray, weight: np.ndarray, label: np.ndarray, lens: np.ndarray, nlabels: int,
-            capacity: np.ndarray) -> np.ndarray:
-    """Per label, the largest ``load / capacity`` over links, loads the sums of ``weight``
-    per link (``label`` per flow, ``lens[i]`` entries of flow ``i``). One label: a dense sum
-    over the links; several (pipeline boundaries, each a few flows): over the (label, link)
-    pairs used only."""
+_CHUNK = 1 << 16
+"""DAG entries (about) per chunk of flows whose loads are added at once: a chunk's
+temporaries (entry positions, links, weights) stay in cache."""
+
+
+def _flow_chunks(label: np.ndarray, lens: np.ndarray) -> list[tuple[int, int]]:
+    """Consecutive flow ranges ``(a, z)`` covering every flow in order, each inside one label
+    and starting a new one where a flow's first entry enters the next ``_CHUNK`` entries."""
+    n = len(lens)
+    if n == 0:
+        return []
+    first = np.cumsum(lens) - lens
+    cut = np.ones(n, dtype=bool)
+    cut[1:] = (label[1:] != label[:-1]) | (first[1:] // _CHUNK != first[:-1] // _CHUNK)
+    starts = np.flatnonzero(cut)
+    return list(zip(starts.tolist(), np.r_[starts[1:], n].tolist()))
+
+
+def _ratios(label: np.ndarray, lens: np.ndarray, nlabels: int, capacity: np.ndarray, entries,
+            key=None, known: dict | None = None) -> np.ndarray:
+    """Per label, the largest ``load / capacity`` over links, a link's load the sum of its
+    entries' weights (``label`` per flow, ascending: route() sorts the flows by label;
+    ``lens[i]`` entries of flow ``i``; ``entries(a, z)``: ``(links, weights)`` of flows ``a``
+    to ``z - 1``, flow after flow). Loads are added entry by entry in flow order
+    (``np.add.at``, as the one ``bincount`` over every entry did: the same sums, bit for
+    bit), a chunk of flows at a time (:func:`_flow_chunks`: no array as long as all the
+    entries), into one array of links whose links a label touched are read and cleared
+    when the label ends (no label x link table, no sort of (label, link) keys). With
+    ``key(a, z)`` (a name of the flows ``a`` to ``z - 1`` of one label) a label's ratio is
+    kept in ``known`` and read from there when the same flows come again."""
+    if nlabels > 1 and len(label) > 1 and (label[1:] < label[:-1]).any():
+        raise ValueError("flows must come label after label")
+    total = int(lens.sum())
+    if total <= _CHUNK if nlabels == 1 else total < _LABEL_ENTRIES * len(np.unique(label)):
+        return _one_pass_ratios(label, lens, nlabels, capacity, *entries(0, len(lens)))
+    load = np.zeros(len(capacity))
+    ratio = np.zeros(nlabels)
+    chunks = _flow_chunks(label, lens)
+    i = 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        while i < len(chunks):
+            first = chunks[i][0]
+            j = i + 1
+            while j < len(chunks) and label[chunks[j][0]] == label[first]:
+                j += 1
+            name = key(first, chunks[j - 1][1]) if key is not None else None
+            if name is not None and name in known:
+                ratio[label[first]] = known[name]
+                i = j
+                continue
+            touched = []
+            for a, z in chunks[i:j]:
+                links, weight = entries(a, z)
+                if nlabels == 1 and a == 0:  # the first chunk of the one label: a bincount from zero
+                    load = np.bincount(links, weights=weight, minlength=len(capacity))
+                    continue
+                np.add.at(load, links, weight)
+                if nlabels > 1:
+                    touched.append(links)
+            if nlabels == 1:
+                value = float((load / capacity).max())
+            else:
+                used = np.concatenate(touched) if touched else np.zeros(0, dtype=np.int64)
+                if not len(used):
+                    value = 0.0
+                elif 4 * len(used) > len(load):  # most links touched: read and clear them all
+                    value = float((load / capacity).max())
+                    load[:] = 0.0
+                else:  # capacities are positive: untouched links (load 0) are not the largest
+                    value = max(0.0, float((load[used] / capacity[used]).max()))
+                    load[used] = 0.0
+            ratio[label[first]] = value
+            if name is not None:
+                known[name] = value
+            i = j
+    return ratio
+
+
+def _flow_key(s: np.ndarray, t: np.ndarray, amount: np.ndarray):
+    """``key(a, z)`` for :func:`_ratios`: a digest of the pairs and amounts of flows ``a`` to
+    ``z - 1`` (what a label's loads depend on)."""
+    import hashlib
+
+    def key(a, z):
+        return hashlib.blake2b(s[a:z].tobytes() + t[a:z].tobytes() + amount[a:z].tobytes(), digest_size=16).digest()
+    return key
+
+
+_LABEL_ENTRIES = 2048
+"""Entries per label (on average) below which the labels' loads are summed at once
+(:func:`_one_pass_ratios`): a label of a few flows costs less in one array with the
+others than in a pass of its own."""
+
+
+def _one_pass_ratios(label: np.ndarray, lens: np.ndarray, nlabels: int, capacity: np.ndarray,
+                     links: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """:func:`_ratios` of a few entries, or of many small labels, in one pass: loads per
+    (label, link), summed entry by entry in flow order (``bincount``) over the links (one
+    label), a dense label x link table when it is small next to the entries, else over
+    the pairs used."""
     n_links = len(capacity)
     with np.errstate(divide="ignore", invalid="ignore"):
         if nlabels == 1:
@@ -299,7 +397,7 @@ def _ratios(links: np.ndarray, weight: np.ndarray, label: np.ndarray, lens: np.n
         used, which = np.unique(key, return_inverse=True)
         load = np.bincount(which.ravel(), weights=weight, minlength=len(used))
         ratio = np.zeros(nlabels)
-        np.maximum.at(ratio, used // len(capacity), load / capacity[used % len(capacity)])
+        np.maximum.at(ratio, used // n_links, load / capacity[used % n_links])
         return ratio
 
 
@@ -315,6 +413,7 @@ class Routes:
         self.in_ptr = np.searchsorted(comp.ev, np.arange(self.nr + 1))  # links are sorted by head
         self.store = DagStore()
         self.batch = 1024  # pairs per DAG batch, adapted to the DAG sizes seen
+        self.known: dict[bytes, float] = {}  # a label's ratio by the digest of its flows (_flow_key)
 
     @property
     def pairs_routed(self) -> int:
@@ -338,17 +437,21 @@ class Routes:
             ids[~found] = first + where.ravel()
         return ids
 
-    def _price(self, store: DagStore, ids: np.ndarray, amount, label, nlabels) -> tuple[np.ndarray, np.ndarray]:
-        lens, links, fracs = store.gather(ids)
-        ratio = _ratios(links, _weights(fracs, amount, lens), label, lens, nlabels, self.comp.ecap)
-        return ratio, store.lat.view[ids]
+    def _price(self, store: DagStore, ids: np.ndarray, s, t, amount, label, nlabels) -> tuple[np.ndarray, np.ndarray]:
+        lens = store.ptr.view[ids + 1] - store.ptr.view[ids]
+
+        def entries(a, z):
+            part, links, fracs = store.gather(ids[a:z])
+            return links, _weights(fracs, amount[a:z], part)
+        return _ratios(label, lens, nlabels, self.comp.ecap, entries, _flow_key(s, t, amount), self.known), \
+            store.lat.view[ids]
 
     def flows(self, s: np.ndarray, t: np.ndarray, amount: np.ndarray, label: np.ndarray, nlabels: int
               ) -> tuple[np.ndarray, np.ndarray]:
         """``(ratio[label], latency per flow)`` of flows ``s -> t`` (router pairs, ``s !=
         t``) carrying ``amount`` each: per label, the largest load over capacity of a link
         (loads summed over the label's flows)."""
-        return self._price(self.store, self._ids(self.store, s, t), amount, label, nlabels)
+        return self._price(self.store, self._ids(self.store, s, t), s, t, amount, label, nlabels)
 
 
 class RelabeledRoutes(Routes):
@@ -364,10 +467,15 @@ class RelabeledRoutes(Routes):
     def flows(self, s, t, amount, label, nlabels):
         s0, t0 = self.sym.canonical(s, t)
         ids = self._ids(self.store, s0, t0)
-        lens, links, fracs = self.store.gather(ids)
-        links = self.sym.map_links(np.repeat(self.sym.element(s), lens, axis=0), links)
-        return _ratios(links, _weights(fracs, amount, lens), label, lens, nlabels, self.comp.ecap), \
-            self.store.lat.view[ids]
+        store, element = self.store, self.sym.element(s)
+        lens = store.ptr.view[ids + 1] - store.ptr.view[ids]
+
+        def entries(a, z):
+            part, links, fracs = store.gather(ids[a:z])
+            links = self.sym.map_links(np.repeat(element[a:z], part, axis=0), links)
+            return links, _weights(fracs, amount[a:z], part)
+        return _ratios(label, lens, nlabels, self.comp.ecap, entries, _flow_key(s, t, amount), self.known), \
+            store.lat.view[ids]
 
 
 class TranslatedRoutes(Routes):
@@ -383,12 +491,19 @@ class TranslatedRoutes(Routes):
     def flows(self, s, t, amount, label, nlabels):
         s0, t0 = self.sym.canonical(s, t)
         ids = self._ids(self.store, s0, t0)
-        self.cells.extend(self.grid.link_cell[self.store.edge.view[self.cells.size:]])
-        lens, idx = self.store.entries(ids)
-        links = self.grid.moved(self.cells.view[idx], self.sym.element(s), lens)
-        fracs = self.store.frac.view[idx]
-        return _ratios(links, _weights(fracs, amount, lens), label, lens, nlabels, self.comp.ecap), \
-            self.store.lat.view[ids]
+        store = self.store
+        self.cells.extend(self.grid.link_cell[store.edge.view[self.cells.size:]])
+        cells, fracs, cell_link = self.cells.view, store.frac.view, self.grid.cell_link
+        starts = store.ptr.view[ids]
+        lens = store.ptr.view[ids + 1] - starts
+        shift = self.grid.shift(self.sym.element(s))
+
+        def entries(a, z):
+            part = lens[a:z]
+            idx = _ranges(starts[a:z], part)
+            return cell_link[cells[idx] + np.repeat(shift[a:z], part)], _weights(fracs[idx], amount[a:z], part)
+        return _ratios(label, lens, nlabels, self.comp.ecap, entries, _flow_key(s, t, amount), self.known), \
+            store.lat.view[ids]
 
 
 def routes_of(comp: CompiledGraph) -> Routes:

@@ -224,14 +224,13 @@ class TranslationGrid:
             shift = ((np.array(alias) * n) * self.stride).sum() * self.ports
             self.cell_link[self.link_cell + shift] = np.arange(len(comp.eu))
 
-    def moved(self, cells: np.ndarray, g: np.ndarray, lens: np.ndarray) -> np.ndarray:
-        """Links of canonical DAG cells (:attr:`link_cell`) translated by ``g`` (one row per
-        flow, ``lens[i]`` cells of flow ``i``, flow after flow)."""
+    def shift(self, g: np.ndarray) -> np.ndarray:
+        """Per flow, what translating by ``g`` (one row per flow) adds to a cell of
+        :attr:`link_cell`: ``cell_link[cell + shift]`` is the moved link."""
         offset = np.zeros(len(g), dtype=np.int64)
         for axis in range(g.shape[1]):  # column by column: a sum over a short last axis is slow
             offset += g[:, axis] * self.stride[axis]
-        cells = cells + np.repeat(offset * self.ports, lens)
-        return self.cell_link[cells]
+        return offset * self.ports
 
 
 def circulant(sym: RouterSymmetry, row: np.ndarray):
