@@ -32,20 +32,23 @@ def int_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
 
 
+def _checked_ints(text: str, ok, rule: str) -> tuple[int, ...]:
+    """:func:`int_list` of ``text`` whose every value passes ``ok`` (``rule`` says which
+    values do when one does not)."""
+    values = tuple(int_list(text))
+    if not all(ok(v) for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: {rule}")
+    return values
+
+
 def degree_list(text: str) -> tuple[int, ...]:
     """``8`` or ``4,8``: the degrees a search may use (positive integers)."""
-    values = tuple(int_list(text))
-    if any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: degrees must be positive integers")
-    return values
+    return _checked_ints(text, lambda v: v >= 1, "degrees must be positive integers")
 
 
 def zero_list(text: str) -> tuple[int, ...]:
     """``1`` or ``0,1``: ZeRO stages."""
-    values = tuple(int_list(text))
-    if any(v not in ZERO_STAGES for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: ZeRO stages are {', '.join(map(str, ZERO_STAGES))}")
-    return values
+    return _checked_ints(text, lambda v: v in ZERO_STAGES, f"ZeRO stages are {', '.join(map(str, ZERO_STAGES))}")
 
 
 def _number(text: str, low: float, high: float, what: str) -> float:
@@ -76,10 +79,7 @@ def fraction_list(text: str) -> tuple[float, ...]:
 
 def layer_count_list(text: str) -> tuple[int, ...]:
     """``0,4,8``: numbers of layers (0 allowed)."""
-    values = tuple(int_list(text))
-    if any(v < 0 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: layer counts are 0 or more")
-    return values
+    return _checked_ints(text, lambda v: v >= 0, "layer counts are 0 or more")
 
 
 def recompute_list(text: str) -> tuple[str, ...]:
