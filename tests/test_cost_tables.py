@@ -90,3 +90,37 @@ def test_jobs_beyond_int64_bytes_are_rejected_by_name():
     scn = Scenario(model, nest.load_cluster("dgx-a100", devices=8), job)
     with pytest.raises(nest.SpecError, match=r"^job = 1 x 134217728 tokens of gpt-1.7b: too large to price"):
         scn.config_table([LayerConfig(1, False, 1, "none")])
+
+
+class _KindByKind:
+    """A measured source seen without its ``tables``: the scenario prices it kind by kind."""
+
+    def __init__(self, source):
+        self._source = source
+        self.kinds, self.names = source.kinds, source.names
+
+    def table(self, kind, configs):
+        return self._source.table(kind, configs)
+
+    def model_flops(self, kind, configs):
+        return self._source.model_flops(kind, configs)
+
+
+def test_measured_tables_of_every_kind_at_once_equal_kind_by_kind():
+    """A measured source has a kind per layer (hundreds on a NEST instance): the scenario
+    takes every kind's columns in one call (``MeasuredSource.tables``); they must be the
+    stacked columns of each kind, padded and typed alike."""
+    profile = load_profile("tests/data/profiles/tiny.json")
+    source = MeasuredSource(profile)
+    model, cluster = source.model(profile.name), nest.load_cluster("dgx-a100", devices=8)
+    job = JobSpec(global_batch=8, seq_len=model.seq_len)
+    configs = [LayerConfig(t, False, 1, r) for t in profile.tp_degrees for r in ("none", "full")]
+    at_once = Scenario(model, cluster, job, source=source).config_table(configs)
+    by_kind = Scenario(model, cluster, job, source=_KindByKind(source)).config_table(configs)
+    assert len(source.kinds) > 2 and len(at_once.cols) == len(COST_FIELDS) + len(OP_FIELDS)
+    for field in (*COST_FIELDS, *OP_FIELDS):
+        np.testing.assert_array_equal(at_once.cols[field], by_kind.cols[field], err_msg=field)
+        assert at_once.cols[field].dtype == by_kind.cols[field].dtype, field
+        assert at_once.cols[field].shape == by_kind.cols[field].shape, field
+    np.testing.assert_array_equal(at_once.send_ps, by_kind.send_ps)
+    np.testing.assert_array_equal(at_once.transient, by_kind.transient)

@@ -152,12 +152,7 @@ class Scenario:
         """Columns of every node kind under every configuration (``[config, kind]``)."""
         arrays = ConfigArrays.of(configs) if arrays is None else arrays
         n = len(configs)
-        per_kind = [self.source.table(kind, arrays) for kind in self.kind_list]
-        columns = {name: np.stack([p[name] for p in per_kind], axis=1).reshape(n, -1) for name in COST_FIELDS}
-        for name in OP_FIELDS:  # [config, kind, slot], slots padded to the largest
-            slots = max(p[name].shape[1] for p in per_kind)
-            columns[name] = np.stack([np.pad(p[name].reshape(n, -1), ((0, 0), (0, slots - p[name].shape[1])))
-                                      for p in per_kind], axis=1)
+        columns = self._kind_columns(arrays)
         in_flight, host = self._activation_offload(columns, arrays)
         before = unique(self.kind_index[:-1])
         last = columns["transient_bytes"][:, self.kind_index[-1]] if n else np.zeros(0, dtype=np.int64)
@@ -166,6 +161,25 @@ class Scenario:
         transient = np.maximum(transient, in_flight)
         return ConfigTable(configs, arrays, columns, transient, self.placer.send_rows(columns["out_bytes"]),
                            np.maximum(last - transient, 0), host)
+
+    def _kind_columns(self, arrays: ConfigArrays) -> dict[str, np.ndarray]:
+        """The source's columns of every node kind, ``[config, kind]`` (``[config, kind,
+        slot]`` for the operations, slots padded with zeros to the largest): from its
+        ``tables`` when it prices every kind at once (measured sources, hundreds of
+        kinds), else kind by kind."""
+        tables = getattr(self.source, "tables", None)
+        if tables is not None:
+            return tables(self.kind_list, arrays)
+        n = len(arrays)
+        per_kind = [self.source.table(kind, arrays) for kind in self.kind_list]
+        columns = {name: np.stack([p[name] for p in per_kind], axis=1).reshape(n, -1) for name in COST_FIELDS}
+        for name in OP_FIELDS:
+            slots = max(p[name].shape[1] for p in per_kind)
+            padded = np.zeros((n, len(per_kind), slots), dtype=np.result_type(*(p[name] for p in per_kind)))
+            for k, p in enumerate(per_kind):
+                padded[:, k, :p[name].shape[1]] = p[name].reshape(n, -1)
+            columns[name] = padded
+        return columns
 
     def _activation_offload(self, columns: dict, arrays: ConfigArrays) -> tuple[np.ndarray, np.ndarray]:
         """Activation offload priced into ``columns`` (:func:`nest.cost.activation_offload.apply`):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..cost.nodes import cost_columns
+from ..cost.nodes import COST_FIELDS, INT_FIELDS, OP_FIELDS
 from ..errors import SpecError
 from ..parallel import CLASSIC_RECOMPUTE, RECOMPUTE_MODES, ConfigArrays, SpaceLimits
 from ..specs import ModelSpec
@@ -48,30 +48,57 @@ class MeasuredSource:
         self.active_parameters = self.parameters
         self._node = {name: i for i, name in enumerate(self.names)}
         self._rows: dict[tuple, list[MeasuredCost]] = {}
+        self._columns: dict[tuple, dict[str, np.ndarray]] = {}
 
     def _measured(self, configs: ConfigArrays, i: int) -> list[MeasuredCost]:
         """Every node's measured cost under configuration ``i`` (cached)."""
+        key = self._key(configs, i)
+        if key not in self._rows:
+            self._rows[key] = self.profile.node_costs(*key[:2], BYTES_PER_PARAMETER, key[2])
+        return self._rows[key]
+
+    def _key(self, configs: ConfigArrays, i: int) -> tuple[int, int, str]:
+        """What the measurement of configuration ``i`` depends on: TP, micro-batch and
+        recomputation (the other degrees must be the ones measured)."""
         if configs.cp[i] != 1 or configs.ep[i] != 1:
             raise SpecError(f"cp = {configs.cp[i]}, ep = {configs.ep[i]}: measured profiles fix the context and "
                             "expert degrees they were measured with; use 1")
         if configs.etp[i] != 1:
             raise SpecError(f"etp = {configs.etp[i]}: measured profiles fix the expert tensor-parallel degree they "
                             "were measured with; use 1")
-        key = (int(configs.tp[i]), int(configs.micro_batch[i]), RECOMPUTE_MODES[int(configs.recompute[i])])
-        if key not in self._rows:
-            self._rows[key] = self.profile.node_costs(*key[:2], BYTES_PER_PARAMETER, key[2])
-        return self._rows[key]
+        return int(configs.tp[i]), int(configs.micro_batch[i]), RECOMPUTE_MODES[int(configs.recompute[i])]
+
+    def _key_columns(self, configs: ConfigArrays, i: int) -> dict[str, np.ndarray]:
+        """:meth:`_measured` of configuration ``i`` as one array per measured column, over
+        the nodes (cached with the rows)."""
+        key = self._key(configs, i)
+        if key not in self._columns:
+            rows = self._measured(configs, i)
+            self._columns[key] = {name: np.array([getattr(r, field) for r in rows],
+                                                 dtype=np.int64 if name in INT_FIELDS else np.float64)
+                                  for name, field in _MEASURED_COLUMNS.items()}
+        return self._columns[key]
+
+    def tables(self, kinds: list[str], configs: ConfigArrays) -> dict[str, np.ndarray]:
+        """The cost columns of nodes ``kinds`` (their names) under every configuration at
+        once, ``[configuration, kind]`` (``[configuration, kind, slot]`` for the
+        :data:`~nest.cost.nodes.OP_FIELDS`): what :meth:`table` gives kind by kind, stacked.
+        Measured times include the tensor-parallel collectives, so there are no collective
+        volumes."""
+        n, nodes = len(configs), np.array([self._node[kind] for kind in kinds], dtype=np.int64)
+        per_config = [self._key_columns(configs, i) for i in range(n)]
+        out = {name: np.zeros((n, len(kinds)), dtype=np.int64 if name in INT_FIELDS else np.float64)
+               for name in COST_FIELDS}
+        for name in _MEASURED_COLUMNS:
+            for i, columns in enumerate(per_config):
+                out[name][i] = columns[name][nodes]
+        out.update({name: np.zeros((n, len(kinds), 1)) for name in OP_FIELDS})
+        return out
 
     def table(self, kind: str, configs: ConfigArrays) -> dict[str, np.ndarray]:
-        """The cost columns of node ``kind`` (its name) under every configuration: measured
-        times include the tensor-parallel collectives, so there are no collective volumes."""
-        node = self._node[kind]
-        rows = [self._measured(configs, i)[node] for i in range(len(configs))]
-        measured = {name: [getattr(r, field) for r in rows] for name, field in _MEASURED_COLUMNS.items()}
-        return cost_columns(len(configs), {
-            **measured, "core_fwd_s": 0.0, "core_bwd_s": 0.0, "cp_fwd_bytes": 0.0, "cp_bwd_bytes": 0.0,
-            "cp_steps_fwd": 0, "cp_steps_bwd": 0, "params_expert": 0,
-            "tp_count": np.zeros(1), "tp_bytes": np.zeros(1), "ep_count": np.zeros(1), "ep_bytes": np.zeros(1)})
+        """The cost columns of node ``kind`` (its name) under every configuration
+        (:meth:`tables` of that one kind)."""
+        return {name: column[:, 0] for name, column in self.tables([kind], configs).items()}
 
     def model_flops(self, kind: str, configs: ConfigArrays) -> np.ndarray:
         """The measured model FLOPs of node ``kind`` under every configuration."""
