@@ -153,6 +153,7 @@ class Placer:
         self._placements: dict[tuple, Placement] = {}
         self._terms: dict[tuple, tuple] = {}
         self._floors: dict[tuple, object] = {}
+        self._shape_memo: dict[tuple, object] = {}  # shape_floor's decompositions and terms
 
     def placement(self, tp: int, cp: int, dp: int, pp: int, ep: int, order: str, etp: int = 1) -> Placement:
         """Group prices of the layout ``(tp, cp, dp, pp, order)`` with experts ``ep x etp``
@@ -334,7 +335,7 @@ class TierPlacer(Placer):
 
     def _shape_floors(self, size, spacing) -> list[np.ndarray]:
         def floor(pair):
-            f = shape_floor(self.cluster, int(pair[0]), int(pair[1]), self.dispatch)
+            f = shape_floor(self.cluster, int(pair[0]), int(pair[1]), self.dispatch, self._shape_memo)
             return (f.rs_alpha, f.rs_beta, f.a2a_alpha, f.a2a_beta)
         return self._lookup(("shape",), np.stack([size, spacing], axis=1), floor, 4)
 
@@ -349,7 +350,7 @@ class TierPlacer(Placer):
             rows = etp == shards
 
             def floor(pair, dispatch=self._dispatch(shards)):
-                f = shape_floor(self.cluster, int(pair[0]), int(pair[1]), dispatch)
+                f = shape_floor(self.cluster, int(pair[0]), int(pair[1]), dispatch, self._shape_memo)
                 return (f.a2a_alpha, f.a2a_beta)
             keys = np.stack([ep[rows] * shards, spacing[rows]], axis=1)
             alpha[rows], beta[rows] = self._lookup(("a2a", shards), keys, floor, 2)

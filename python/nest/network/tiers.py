@@ -292,37 +292,54 @@ class ShapeFloor:
     a2a_beta: float
 
 
-def shape_floor(cluster: ClusterSpec, size: int, spacing: int, dispatch: TokenDispatch | None = None) -> ShapeFloor:
+def shape_floor(cluster: ClusterSpec, size: int, spacing: int, dispatch: TokenDispatch | None = None,
+                memo: dict | None = None) -> ShapeFloor:
     """:class:`ShapeFloor` of groups of ``size`` ranks at least ``spacing`` apart (their
-    all-to-alls run by ``dispatch``)."""
-    bandwidth = tuple(t.effective_bandwidth for t in cluster.tiers)
-    latency = tuple(t.latency for t in cluster.tiers)
+    all-to-alls run by ``dispatch``). ``memo`` (a dict kept with one cluster) keeps each
+    size's decompositions and each shape's terms between calls: a search asks for
+    thousands of (size, spacing) pairs, an uneven batch one size per device count."""
+    memo = {} if memo is None else memo
     sizes = cluster.group_sizes()
-    fanouts = [t.fanout for t in cluster.tiers]
-    shapes: list[tuple[int, ...]] = []
-
-    def extend(prefix: tuple[int, ...], members: int, remaining: int) -> None:
-        t = len(prefix)
-        if t == len(fanouts):
-            if remaining == 1:
-                shapes.append(prefix)
-            return
-        room = -(-sizes[t] // spacing)
-        for f in range(1, min(fanouts[t], remaining) + 1):
-            if remaining % f == 0 and members * f <= room:
-                extend(prefix + (f,), members * f, remaining // f)
-
-    extend((), 1, size)
+    fanouts = tuple(t.fanout for t in cluster.tiers)
+    if ("uniform", size) not in memo:
+        memo[("uniform", size)] = _uniform_shapes(fanouts, size)
+    rooms = [-(-tier // spacing) for tier in sizes]
+    shapes = [f for f, prefix in memo[("uniform", size)] if all(p <= r for p, r in zip(prefix, rooms))]
     for t in range(len(fanouts)):
         if (size - 1) * spacing + 1 <= sizes[t]:
             shapes.append(tuple(size if u == t else 1 for u in range(len(fanouts))))
     if not shapes:  # a group cannot exist in this cluster: no bound beyond zero
         return ShapeFloor(0.0, 0.0, 0.0, 0.0)
-    groups = [GroupShape(f, bandwidth, latency, dispatch) for f in shapes]
-    rs = [g.reduce_scatter_terms() for g in groups]
-    a2a = [g.all_to_all_terms() for g in groups]
-    return ShapeFloor(min(a for a, _ in rs), min(b for _, b in rs), min(a for a, _ in a2a),
-                      min(b for _, b in a2a))
+    terms = []
+    for f in shapes:
+        key = ("terms", f, dispatch)
+        if key not in memo:
+            shape = GroupShape(f, tuple(t.effective_bandwidth for t in cluster.tiers),
+                               tuple(t.latency for t in cluster.tiers), dispatch)
+            memo[key] = shape.reduce_scatter_terms() + shape.all_to_all_terms()
+        terms.append(memo[key])
+    return ShapeFloor(*(min(term[i] for term in terms) for i in range(4)))
+
+
+def _uniform_shapes(fanouts: tuple[int, ...], size: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Every uniform decomposition of ``size`` ranks (``factors[t] <= fanouts[t]``, product
+    ``size``) with its members per tier-t group (the products of ``factors[:t+1]``), in
+    lexicographic order."""
+    out: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+
+    def extend(factors: tuple[int, ...], prefix: tuple[int, ...], remaining: int) -> None:
+        t = len(factors)
+        if t == len(fanouts):
+            if remaining == 1:
+                out.append((factors, prefix))
+            return
+        members = prefix[-1] if prefix else 1
+        for f in range(1, min(fanouts[t], remaining) + 1):
+            if remaining % f == 0:
+                extend(factors + (f,), prefix + (members * f,), remaining // f)
+
+    extend((), (), size)
+    return out
 
 
 def ring_floor(cluster: ClusterSpec, span: int) -> tuple[float, float]:

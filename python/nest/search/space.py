@@ -240,13 +240,15 @@ class PartialSpace:
         # Per data-parallel degree, the (micro-batch, recompute) grid offsets it admits and
         # their micro-batch counts, concatenated.
         offsets, micro, starts, counts = [], [], [], []
+        total = 0  # entries so far (a running sum: an uneven batch has one dp per device)
         for dp in self.dps.tolist():
             per_replica = divisors(job.global_batch // dp) if job.global_batch % dp == 0 else []
             positions = ([batch_pos[b] for b in per_replica if b in batch_pos] if not job.uneven_batch
                          else list(range(len(batches))))
-            starts.append(sum(len(o) for o in offsets))
+            starts.append(total)
             offsets.append(np.array([p * self.stride_mbs + r for p in positions for r in range(n_rc)],
                                     dtype=np.int64))
+            total += len(offsets[-1])
             micro.append(np.repeat(job.micro_batches(dp, np.array(batches, dtype=np.int64)[positions]), n_rc)
                          if positions else np.zeros(0, dtype=np.int64))
             counts.append(len(offsets[-1]))
