@@ -41,6 +41,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -102,31 +103,44 @@ def _busy_loop() -> None:
         pass
 
 
-def _timed(command: list[str], env: dict | None = None, timeout: float | None = None) -> tuple[float, int]:
+def _timed(command: list[str], env: dict | None = None, timeout: float | None = None,
+           memory_bytes: int | None = None) -> tuple[float, int, str]:
+    """Wall seconds, exit code (-1: timed out) and the tail of stderr of ``command``."""
+    limit = None
+    if memory_bytes:
+        limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))  # noqa: E731
     start = time.perf_counter()
     try:
-        done = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              timeout=timeout)
-        code = done.returncode
+        done = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              timeout=timeout, preexec_fn=limit)
+        code, err = done.returncode, done.stderr.decode(errors="replace")[-2000:]
     except subprocess.TimeoutExpired:
-        code = -1
-    return time.perf_counter() - start, code
+        code, err = -1, "timed out"
+    return time.perf_counter() - start, code, err
 
 
-def run_artifact(executable: Path, pythonpath: Path, instance: Path, work: Path, timeout: float) -> dict:
-    """The artifact's solve of one instance (baselines removed): seconds and its choice."""
+def run_artifact(executable: Path, pythonpath: Path, instance: Path, work: Path, timeout: float,
+                 memory_bytes: int) -> dict:
+    """The artifact's solve of one instance (baselines removed): seconds and its choice.
+    Its address space is capped at ``memory_bytes``: its DP tables reach tens of GB on the
+    largest instances, and a machine's OOM killer would otherwise pick any process."""
     data = json.loads(instance.read_text())
     data["baselines"] = {}
     given = work / instance.name
     given.write_text(json.dumps(data))
     answer = work / f"{instance.stem}.out.json"
     env = {**os.environ, "PYTHONPATH": str(pythonpath)}
-    seconds, code = _timed([str(executable), str(given), str(answer)], env=env, timeout=timeout)
+    seconds, code, err = _timed([str(executable), str(given), str(answer)], env=env, timeout=timeout,
+                                memory_bytes=memory_bytes)
     row = {"seconds": seconds, "exit": code}
     if code == 0:
         out = json.loads(answer.read_text())
         row.update(tp=out["tensorParallelDegree"], dp=out["dataParallelDegree"], pp=len(out["stages"]),
                    time_per_batch_s=out["finalTimePerBatch"] / 1000.0)
+    elif "bad_alloc" in err:
+        row["failure"] = f"out of memory at {memory_bytes / 2**30:.0f} GiB"
+    else:
+        row["failure"] = "timed out" if code == -1 else f"exit {code}"
     return row
 
 
@@ -134,7 +148,7 @@ def run_nest_process(instance: Path, repeat: int) -> dict:
     """``nest plan --nest-instance`` in fresh processes: the fastest of ``repeat`` runs."""
     command = [sys.executable, "-m", "nest", "plan", "--nest-instance", str(instance), "--json"]
     runs = [_timed(command) for _ in range(repeat)]
-    return {"seconds": min(s for s, _ in runs), "exit": max(c for _, c in runs)}
+    return {"seconds": min(run[0] for run in runs), "exit": max(run[1] for run in runs)}
 
 
 def run_nest_library(instance: Path, repeat: int) -> dict:
@@ -170,10 +184,10 @@ def markdown(rows: list[dict], busy: int, repeat: int) -> str:
     for r in rows:
         a, np_, nl = r["artifact"], r["nest_process"], r["nest_library"]
         ok = a["exit"] == 0
-        choice = f"{a['tp']}/{a['pp']}/{a['dp']}" if ok else f"exit {a['exit']}"
+        choice = f"{a['tp']}/{a['pp']}/{a['dp']}" if ok else a.get("failure", f"exit {a['exit']}")
+        ratios = (f"{a['seconds'] / np_['seconds']:.1f} | {a['seconds'] / nl['seconds']:.0f}" if ok else "- | -")
         out.append(f"| {r['instance']} | {a['seconds']:.2f} | {np_['seconds']:.2f} | {nl['seconds']:.3f} | "
-                   f"{a['seconds'] / np_['seconds']:.1f} | {a['seconds'] / nl['seconds']:.0f} | {choice} | "
-                   f"{nl['tp']}/{nl['pp']}/{nl['dp']} |")
+                   f"{ratios} | {choice} | {nl['tp']}/{nl['pp']}/{nl['dp']} |")
     return "\n".join(out) + "\n"
 
 
@@ -186,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--busy", type=int, default=0, help="competing busy-loop processes")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per artifact solve")
+    parser.add_argument("--memory-gib", type=float, default=16.0, help="address-space cap of an artifact solve")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     parser.add_argument("--reuse", type=Path, metavar="JSON",
                         help="take the artifact's rows from this earlier artifact_speed.json (nest is measured "
@@ -211,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
             for instance in instances:
                 artifact = reused.get(instance.stem)
                 if artifact is None:
-                    artifact = run_artifact(executable, pythonpath, instance, work, args.timeout)
+                    artifact = run_artifact(executable, pythonpath, instance, work, args.timeout,
+                                            int(args.memory_gib * 2**30))
                 row = {"instance": instance.stem, "artifact": artifact,
                        "nest_process": run_nest_process(instance, args.repeat),
                        "nest_library": run_nest_library(instance, args.repeat)}
