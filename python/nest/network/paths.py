@@ -24,7 +24,9 @@ from __future__ import annotations
 import numpy as np
 from scipy.sparse.csgraph import dijkstra
 
+from . import kernels
 from .compiled import CompiledGraph
+from .kernels import DEFAULT_ENGINE
 from .symmetry import RouterSymmetry, TranslationGrid, router_symmetry
 
 _ENTRIES = 1 << 21
@@ -226,14 +228,17 @@ def _dag_links(comp: CompiledGraph, dist: np.ndarray, row: np.ndarray, t: np.nda
     return np.concatenate(found_p), np.concatenate(found_link)
 
 
-def compute_dags(comp: CompiledGraph, rows: DistanceRows, s: np.ndarray, t: np.ndarray, in_ptr: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def compute_dags(comp: CompiledGraph, rows: DistanceRows, s: np.ndarray, t: np.ndarray, in_ptr: np.ndarray,
+                 engine: str = DEFAULT_ENGINE) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(counts, links, fracs, lats)`` of the router pairs ``s[i] -> t[i]`` (distinct,
     ``s != t``): each pair's DAG links (ascending) and shares, pair after pair, and its
-    longest shortest-path latency."""
+    longest shortest-path latency (``engine``: :mod:`nest.network.kernels`, the same
+    floats)."""
     nr, n = len(comp.routers), len(s)
     row = rows.rows(s)  # before reading .dist: it may grow
     dist = rows.dist
+    if engine == "cpp":
+        return kernels.shortest_path_dags(comp, dist, row, s, t, in_ptr)
     sources, slot = np.unique(row, return_inverse=True)
     if n >= 8 * len(sources) and len(sources) * len(comp.eu) <= _ROW_ELEMENTS:
         # many pairs per source: its tight links, found once, spare scanning every link
@@ -406,8 +411,9 @@ class Routes:
     (:func:`compute_dags`), a set of concurrent flows loading every link with the sum of
     its pairs' shares (a gather and a ``bincount`` over the DAGs the flows use)."""
 
-    def __init__(self, comp: CompiledGraph):
+    def __init__(self, comp: CompiledGraph, engine: str = DEFAULT_ENGINE):
         self.comp = comp
+        self.engine = kernels.check_engine(engine)
         self.nr = len(comp.routers)
         self.rows = DistanceRows(comp)
         self.in_ptr = np.searchsorted(comp.ev, np.arange(self.nr + 1))  # links are sorted by head
@@ -430,7 +436,7 @@ class Routes:
             while at < len(missing):
                 part = missing[at:at + self.batch]
                 counts, links, fracs, lats = compute_dags(self.comp, self.rows, part // self.nr,
-                                                          part % self.nr, self.in_ptr)
+                                                          part % self.nr, self.in_ptr, self.engine)
                 store.append(part, counts, links, fracs, lats)
                 at += len(part)
                 self.batch = int(np.clip(_ENTRIES // max(1.0, len(links) / len(part)), 64, 1 << 16))
@@ -439,6 +445,12 @@ class Routes:
 
     def _price(self, store: DagStore, ids: np.ndarray, s, t, amount, label, nlabels) -> tuple[np.ndarray, np.ndarray]:
         lens = store.ptr.view[ids + 1] - store.ptr.view[ids]
+        if self.engine == "cpp":
+            def compiled(keep):
+                return kernels.label_ratios(store.ptr.view, store.edge.view, store.frac.view, ids[keep],
+                                            amount[keep], label[keep], nlabels, self.comp.ecap)
+            return _known_ratios(label, lens, nlabels, _flow_key(s, t, amount), self.known, compiled), \
+                store.lat.view[ids]
 
         def entries(a, z):
             part, links, fracs = store.gather(ids[a:z])
@@ -460,8 +472,8 @@ class RelabeledRoutes(Routes):
     lookups per link: cheaper than finding the pair among millions kept, and no memory
     per pair), with the same shares."""
 
-    def __init__(self, comp: CompiledGraph, sym: RouterSymmetry):
-        super().__init__(comp)
+    def __init__(self, comp: CompiledGraph, sym: RouterSymmetry, engine: str = DEFAULT_ENGINE):
+        super().__init__(comp, engine)
         self.sym = sym
 
     def flows(self, s, t, amount, label, nlabels):
@@ -483,8 +495,9 @@ class TranslatedRoutes(Routes):
     links are those of its canonical DAG translated by its source
     (:class:`~nest.network.symmetry.TranslationGrid`), with the same shares."""
 
-    def __init__(self, comp: CompiledGraph, sym: RouterSymmetry, grid: TranslationGrid):
-        super().__init__(comp)
+    def __init__(self, comp: CompiledGraph, sym: RouterSymmetry, grid: TranslationGrid,
+                 engine: str = DEFAULT_ENGINE):
+        super().__init__(comp, engine)
         self.sym, self.grid = sym, grid
         self.cells = _Growing(np.int64)  # per stored entry: its link's grid cell
 
@@ -492,6 +505,16 @@ class TranslatedRoutes(Routes):
         s0, t0 = self.sym.canonical(s, t)
         ids = self._ids(self.store, s0, t0)
         store = self.store
+        if self.engine == "cpp":  # the kernel moves each entry's link itself
+            shift = self.grid.shift(self.sym.element(s))
+
+            def compiled(keep):
+                return kernels.label_ratios(store.ptr.view, store.edge.view, store.frac.view, ids[keep],
+                                            amount[keep], label[keep], nlabels, self.comp.ecap,
+                                            (self.grid.link_cell, shift[keep], self.grid.cell_link))
+            lens = store.ptr.view[ids + 1] - store.ptr.view[ids]
+            return _known_ratios(label, lens, nlabels, _flow_key(s, t, amount), self.known, compiled), \
+                store.lat.view[ids]
         self.cells.extend(self.grid.link_cell[store.edge.view[self.cells.size:]])
         cells, fracs, cell_link = self.cells.view, store.frac.view, self.grid.cell_link
         starts = store.ptr.view[ids]
@@ -506,15 +529,48 @@ class TranslatedRoutes(Routes):
             store.lat.view[ids]
 
 
+def _known_ratios(label: np.ndarray, lens: np.ndarray, nlabels: int, key, known: dict, compute) -> np.ndarray:
+    """:func:`_ratios` with the loads summed by ``compute(keep)`` (the ratios of the flows
+    ``keep``, a slice or a mask, per label: the compiled kernel): a label whose flows were
+    priced before (the digest ``key(a, z)`` of its flows in ``known``) is read back, as
+    :func:`_ratios` does once the entries outgrow one chunk."""
+    if nlabels > 1 and len(label) > 1 and (label[1:] < label[:-1]).any():
+        raise ValueError("flows must come label after label")
+    if int(lens.sum()) <= _CHUNK:
+        return compute(slice(None))
+    starts = np.flatnonzero(np.r_[True, label[1:] != label[:-1]])
+    stops = np.r_[starts[1:], len(label)]
+    ratio = np.zeros(nlabels)
+    keep = np.ones(len(label), dtype=bool)
+    names = {}
+    for a, z in zip(starts.tolist(), stops.tolist()):
+        name = key(a, z)
+        if name in known:
+            ratio[label[a]] = known[name]
+            keep[a:z] = False
+        else:
+            names[int(label[a])] = name
+    if names:
+        fresh = compute(keep)
+        for which, name in names.items():
+            ratio[which] = known[name] = float(fresh[which])
+    return ratio
+
+
+def make_routes(comp: CompiledGraph, engine: str = DEFAULT_ENGINE) -> Routes:
+    """A new routing store of ``comp`` that fits its symmetry (none, translations or
+    relabelings), its loops run by ``engine`` (:mod:`nest.network.kernels`)."""
+    sym = router_symmetry(comp)
+    if sym is None:
+        return Routes(comp, engine)
+    if sym.shift and TranslationGrid.fits(sym):
+        return TranslatedRoutes(comp, sym, TranslationGrid(sym), engine)
+    return RelabeledRoutes(comp, sym, engine)
+
+
 def routes_of(comp: CompiledGraph) -> Routes:
     """The routing store of ``comp`` (made on first use)."""
     with comp.lock:
         if comp.routes is None:
-            sym = router_symmetry(comp)
-            if sym is None:
-                comp.routes = Routes(comp)
-            elif sym.shift and TranslationGrid.fits(sym):
-                comp.routes = TranslatedRoutes(comp, sym, TranslationGrid(sym))
-            else:
-                comp.routes = RelabeledRoutes(comp, sym)
+            comp.routes = make_routes(comp)
         return comp.routes
