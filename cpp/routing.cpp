@@ -135,53 +135,87 @@ void shortest_path_dags(const DagGraph& g, const int64_t* row, const int64_t* so
     }
 }
 
+namespace {
+
+// Adds the entries of flows [a, z) (one label) to `load`; with `on`, lists the links
+// first loaded in `touched`. Returns false if an index is out of range.
+template <bool Moved, bool Track>
+bool add_label(const DagEntries& dags, const int64_t* ids, const double* amount, int64_t a, int64_t z,
+               int64_t links, double* load, char* on, std::vector<int64_t>& touched) {
+    const uint64_t n_links = static_cast<uint64_t>(links), n_cells = static_cast<uint64_t>(dags.cells);
+    for (int64_t f = a; f < z; ++f) {
+        const int64_t id = ids[f];
+        const double amt = amount[f];
+        const int64_t offset = Moved ? dags.shift[f] : 0;
+        for (int64_t e = dags.ptr[id]; e < dags.ptr[id + 1]; ++e) {
+            int64_t link;
+            if (Moved) {
+                const uint64_t cell = static_cast<uint64_t>(dags.cell[e] + offset);
+                if (cell >= n_cells) return false;
+                link = dags.cell_link[cell];
+            } else {
+                link = dags.edge[e];
+            }
+            if (static_cast<uint64_t>(link) >= n_links) return false;
+            // the weight first, then the sum: frac * amount (x * 1.0 is x), added in order
+            const double weight = dags.frac[e] * amt;
+            load[link] += weight;
+            if (Track && !on[link]) {
+                on[link] = 1;
+                touched.push_back(link);
+            }
+        }
+    }
+    return true;
+}
+
+}  // namespace
+
 void label_ratios(const DagEntries& dags, const int64_t* ids, const double* amount, const int64_t* label,
                   int64_t flows, int64_t nlabels, const double* capacity, int64_t links, double* ratio) {
     for (int64_t l = 0; l < nlabels; ++l) ratio[l] = 0.0;
-    // one array of loads, zero between labels: the links a label loaded are read and cleared
+    for (int64_t f = 0; f < flows; ++f) {
+        check_index(ids[f], dags.pairs, "pair id");
+        check_index(label[f], nlabels, "label");
+        if (f > 0 && label[f] < label[f - 1]) throw std::invalid_argument("flows must come label after label");
+        const int64_t* at = dags.ptr + ids[f];
+        if (at[0] < 0 || at[1] < at[0] || at[1] > dags.entries) throw std::invalid_argument("ptr: entries out of range");
+    }
+    // one array of loads, zero between labels: a label's links are read and cleared when
+    // it ends (all links when it loads many, else the ones it touched)
     std::vector<double> load(static_cast<size_t>(links), 0.0);
-    std::vector<int64_t> touched;
     std::vector<char> on(static_cast<size_t>(links), 0);
-    int64_t f = 0;
-    while (f < flows) {
-        const int64_t lab = label[f];
-        check_index(lab, nlabels, "label");
+    std::vector<int64_t> touched;
+    const bool moved = dags.cell != nullptr;
+    int64_t a = 0;
+    while (a < flows) {
+        int64_t z = a, count = 0;
+        for (; z < flows && label[z] == label[a]; ++z) count += dags.ptr[ids[z] + 1] - dags.ptr[ids[z]];
+        const bool dense = 4 * count > links;
         touched.clear();
-        for (; f < flows && label[f] == lab; ++f) {
-            const int64_t id = ids[f];
-            check_index(id, dags.pairs, "pair id");
-            const int64_t a = dags.ptr[id], z = dags.ptr[id + 1];
-            if (a < 0 || z < a || z > dags.entries) throw std::invalid_argument("ptr: entries out of range");
-            const double amt = amount[f];
-            const int64_t offset = dags.link_cell != nullptr ? dags.shift[f] : 0;
-            for (int64_t e = a; e < z; ++e) {
-                int64_t link = dags.edge[e];
-                if (dags.link_cell != nullptr) {
-                    check_index(link, links, "link");
-                    const int64_t cell = dags.link_cell[link] + offset;
-                    check_index(cell, dags.cells, "cell");
-                    link = dags.cell_link[cell];
-                }
-                check_index(link, links, "link");
-                const size_t i = static_cast<size_t>(link);
-                // the weight first, then the sum: frac * amount (x * 1.0 is x), added in order
-                const double weight = dags.frac[e] * amt;
-                load[i] += weight;
-                if (!on[i]) {
-                    on[i] = 1;
-                    touched.push_back(link);
-                }
+        bool ok;
+        if (moved)
+            ok = dense ? add_label<true, false>(dags, ids, amount, a, z, links, load.data(), on.data(), touched)
+                       : add_label<true, true>(dags, ids, amount, a, z, links, load.data(), on.data(), touched);
+        else
+            ok = dense ? add_label<false, false>(dags, ids, amount, a, z, links, load.data(), on.data(), touched)
+                       : add_label<false, true>(dags, ids, amount, a, z, links, load.data(), on.data(), touched);
+        if (!ok) throw std::invalid_argument("a DAG entry's link is out of range");
+        double best = 0.0;  // capacities are positive: unloaded links (0) are not the largest
+        if (dense) {
+            for (int64_t i = 0; i < links; ++i) {
+                best = std::max(best, load[i] / capacity[i]);
+                load[i] = 0.0;
+            }
+        } else {
+            for (int64_t i : touched) {
+                best = std::max(best, load[i] / capacity[i]);
+                load[i] = 0.0;
+                on[i] = 0;
             }
         }
-        if (f < flows && label[f] < lab) throw std::invalid_argument("flows must come label after label");
-        double best = 0.0;  // capacities are positive: unloaded links (0) are not the largest
-        for (int64_t link : touched) {
-            const size_t i = static_cast<size_t>(link);
-            best = std::max(best, load[i] / capacity[i]);
-            load[i] = 0.0;
-            on[i] = 0;
-        }
-        ratio[lab] = best;
+        ratio[label[a]] = best;
+        a = z;
     }
 }
 

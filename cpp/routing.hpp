@@ -42,17 +42,16 @@ void shortest_path_dags(const DagGraph& g, const int64_t* row, const int64_t* so
 
 // Stored DAG entries (pair p's entries: ptr[p] .. ptr[p + 1]) and, optionally, the
 // translation that moves a canonical DAG's link onto a flow's (tori): the link of entry
-// e for flow f is cell_link[link_cell[edge[e]] + shift[f]] when link_cell is given,
-// edge[e] otherwise.
+// e for flow f is cell_link[cell[e] + shift[f]] when cell is given, edge[e] otherwise.
 struct DagEntries {
     const int64_t* ptr = nullptr;
     int64_t pairs = 0;
     const int32_t* edge = nullptr;
     const double* frac = nullptr;
     int64_t entries = 0;
-    const int64_t* link_cell = nullptr;  // [links] or null
-    const int64_t* shift = nullptr;      // [flows] when link_cell is given
-    const int32_t* cell_link = nullptr;  // [cells] when link_cell is given
+    const int64_t* cell = nullptr;       // [entries] or null
+    const int64_t* shift = nullptr;      // [flows] when cell is given
+    const int32_t* cell_link = nullptr;  // [cells] when cell is given
     int64_t cells = 0;
 };
 

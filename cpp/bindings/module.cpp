@@ -218,7 +218,7 @@ py::tuple shortest_path_dags(const py::object& dist, const py::object& row, cons
 
 py::array_t<double> label_ratios(const py::object& ptr, const py::object& edge, const py::object& frac,
                                  const py::object& ids, const py::object& amount, const py::object& label,
-                                 int64_t nlabels, const py::object& capacity, const py::object& link_cell,
+                                 int64_t nlabels, const py::object& capacity, const py::object& cell,
                                  const py::object& shift, const py::object& cell_link) {
     const auto p = view<int64_t>(ptr, "ptr", 1), i = view<int64_t>(ids, "ids", 1),
                lab = view<int64_t>(label, "label", 1);
@@ -237,15 +237,15 @@ py::array_t<double> label_ratios(const py::object& ptr, const py::object& edge, 
     dags.edge = e.data;
     dags.frac = f.data;
     dags.entries = e.shape[0];
-    nest::ArrayView<int64_t> lc, sh;
+    nest::ArrayView<int64_t> ce, sh;
     nest::ArrayView<int32_t> cl;
-    if (!link_cell.is_none()) {
-        lc = view<int64_t>(link_cell, "link_cell", 1);
+    if (!cell.is_none()) {
+        ce = view<int64_t>(cell, "cell", 1);
         sh = view<int64_t>(shift, "shift", 1);
         cl = view<int32_t>(cell_link, "cell_link", 1);
-        same_length(lc, cap.shape[0], "link_cell", "link");
+        same_length(ce, e.shape[0], "cell", "entry");
         same_length(sh, flows, "shift", "flow");
-        dags.link_cell = lc.data;
+        dags.cell = ce.data;
         dags.shift = sh.data;
         dags.cell_link = cl.data;
         dags.cells = cl.shape[0];
@@ -290,7 +290,7 @@ PYBIND11_MODULE(_core, m) {
           "(nest.network.paths.compute_dags). Raises ValueError on bad input.");
     m.def("label_ratios", &label_ratios, py::arg("ptr"), py::arg("edge"), py::arg("frac"), py::arg("ids"),
           py::arg("amount"), py::arg("label"), py::arg("nlabels"), py::arg("capacity"),
-          py::arg("link_cell") = py::none(), py::arg("shift") = py::none(), py::arg("cell_link") = py::none(),
+          py::arg("cell") = py::none(), py::arg("shift") = py::none(), py::arg("cell_link") = py::none(),
           "Per label, the largest load / capacity of a link under concurrent flows over stored DAGs\n"
           "(nest.network.paths._ratios). Raises ValueError on bad input.");
     m.def("has_openmp", &nest::has_openmp, "Whether the core was compiled with OpenMP.");

@@ -74,14 +74,14 @@ def label_ratios(ptr: np.ndarray, edge: np.ndarray, frac: np.ndarray, ids: np.nd
     """Per label, the largest ``load / capacity`` of a link: flow ``f`` (labels ascending)
     adds ``frac * amount[f]`` to every entry of its stored DAG ``ids[f]`` (``ptr``, ``edge``,
     ``frac``: :class:`~nest.network.paths.DagStore`), entry after entry in flow order.
-    ``translation``: ``(link_cell, shift, cell_link)`` of a torus
-    (:class:`~nest.network.symmetry.TranslationGrid`), moving a canonical DAG's links onto
-    each flow's."""
+    ``translation``: ``(cell, shift, cell_link)`` of a torus
+    (:class:`~nest.network.symmetry.TranslationGrid`): entry ``e`` of flow ``f`` loads link
+    ``cell_link[cell[e] + shift[f]]``, its canonical DAG's link moved onto the flow's."""
     i64 = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
     extra = ()
     if translation is not None:
-        link_cell, shift, cell_link = translation
-        extra = (i64(link_cell), i64(shift), np.ascontiguousarray(cell_link, dtype=np.int32))
+        cell, shift, cell_link = translation
+        extra = (i64(cell), i64(shift), np.ascontiguousarray(cell_link, dtype=np.int32))
     return _core().label_ratios(i64(ptr), np.ascontiguousarray(edge, dtype=np.int32),
                                 np.ascontiguousarray(frac, dtype=np.float64), i64(ids),
                                 np.ascontiguousarray(amount, dtype=np.float64), i64(label), int(nlabels),

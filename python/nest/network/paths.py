@@ -32,6 +32,11 @@ from .symmetry import RouterSymmetry, TranslationGrid, router_symmetry
 _ENTRIES = 1 << 21
 """DAG links (about) per batch of pairs routed at once (bounds the temporary arrays)."""
 
+_TABLE_CODES = 1 << 26
+"""Pair keys (``routers ** 2``) up to which a :class:`DagStore` finds pairs in a table
+(4 bytes per key, of address space: only the pages of stored keys are touched; 16384
+dragonfly devices: 4096 routers, 64 MiB) rather than in sorted runs."""
+
 _ROW_ELEMENTS = 1 << 22
 """Distance-row elements per Dijkstra call."""
 
@@ -68,10 +73,15 @@ class DagStore:
     (``ptr`` delimits a pair's entries) and its latency, appended as computed. The keys are
     kept in sorted runs, each at most half as long as the one before (merged like the
     digits of a binary counter): appending costs ``O(log n)`` per key, not a copy of every
-    key stored, and a lookup searches ``O(log n)`` runs."""
+    key stored, and a lookup searches ``O(log n)`` runs. With ``codes`` (the number of
+    possible keys) at most :data:`_TABLE_CODES`, a table from key to id replaces the runs:
+    one gather per lookup (zero-filled on demand, so only the pages of keys stored take
+    memory)."""
 
-    def __init__(self):
+    def __init__(self, codes: int | None = None):
         self.runs: list[tuple[np.ndarray, np.ndarray]] = []  # (sorted pair codes, their ids)
+        # id + 1 per key (0: not stored); np.zeros maps untouched pages lazily
+        self.table = np.zeros(codes, dtype=np.int32) if codes is not None and codes <= _TABLE_CODES else None
         self.ptr = _Growing(np.int64)
         self.ptr.extend(np.zeros(1, dtype=np.int64))
         self.edge = _Growing(np.int32)
@@ -85,6 +95,9 @@ class DagStore:
 
     def find(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, found)`` of pair codes (ids meaningless where not found)."""
+        if self.table is not None:
+            ids = self.table[codes].astype(np.int64) - 1
+            return ids, ids >= 0
         ids = np.zeros(len(codes), dtype=np.int64)
         found = np.zeros(len(codes), dtype=bool)
         for keys, key_ids in self.runs:
@@ -103,6 +116,9 @@ class DagStore:
         self.edge.extend(edge.astype(np.int32))
         self.frac.extend(frac)
         self.lat.extend(lat)
+        if self.table is not None:
+            self.table[codes] = np.arange(first + 1, first + len(codes) + 1, dtype=np.int32)
+            return
         order = np.argsort(codes, kind="stable")
         self.runs.append((codes[order], np.arange(first, first + len(codes), dtype=np.int64)[order]))
         while len(self.runs) > 1 and 2 * len(self.runs[-1][0]) >= len(self.runs[-2][0]):
@@ -417,7 +433,7 @@ class Routes:
         self.nr = len(comp.routers)
         self.rows = DistanceRows(comp)
         self.in_ptr = np.searchsorted(comp.ev, np.arange(self.nr + 1))  # links are sorted by head
-        self.store = DagStore()
+        self.store = DagStore(self.nr * self.nr)
         self.batch = 1024  # pairs per DAG batch, adapted to the DAG sizes seen
         self.known: dict[bytes, float] = {}  # a label's ratio by the digest of its flows (_flow_key)
 
@@ -505,21 +521,17 @@ class TranslatedRoutes(Routes):
         s0, t0 = self.sym.canonical(s, t)
         ids = self._ids(self.store, s0, t0)
         store = self.store
-        if self.engine == "cpp":  # the kernel moves each entry's link itself
-            shift = self.grid.shift(self.sym.element(s))
-
-            def compiled(keep):
-                return kernels.label_ratios(store.ptr.view, store.edge.view, store.frac.view, ids[keep],
-                                            amount[keep], label[keep], nlabels, self.comp.ecap,
-                                            (self.grid.link_cell, shift[keep], self.grid.cell_link))
-            lens = store.ptr.view[ids + 1] - store.ptr.view[ids]
-            return _known_ratios(label, lens, nlabels, _flow_key(s, t, amount), self.known, compiled), \
-                store.lat.view[ids]
         self.cells.extend(self.grid.link_cell[store.edge.view[self.cells.size:]])
         cells, fracs, cell_link = self.cells.view, store.frac.view, self.grid.cell_link
         starts = store.ptr.view[ids]
         lens = store.ptr.view[ids + 1] - starts
         shift = self.grid.shift(self.sym.element(s))
+        if self.engine == "cpp":  # the kernel moves each entry's link itself
+            def compiled(keep):
+                return kernels.label_ratios(store.ptr.view, store.edge.view, fracs, ids[keep], amount[keep],
+                                            label[keep], nlabels, self.comp.ecap, (cells, shift[keep], cell_link))
+            return _known_ratios(label, lens, nlabels, _flow_key(s, t, amount), self.known, compiled), \
+                store.lat.view[ids]
 
         def entries(a, z):
             part = lens[a:z]
