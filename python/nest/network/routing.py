@@ -59,7 +59,8 @@ def route(comp: CompiledGraph, src: np.ndarray, dst: np.ndarray, amount: np.ndar
     if label is None:
         label = np.zeros(len(src), dtype=np.int64)
     keep = src != dst
-    src, dst, amount, label = src[keep], dst[keep], amount[keep], label[keep]
+    if not keep.all():
+        src, dst, amount, label = src[keep], dst[keep], amount[keep], label[keep]
     ratio = np.zeros(nlabels)
     latency = np.zeros(nlabels)
     if src.size == 0:
@@ -93,7 +94,10 @@ def route(comp: CompiledGraph, src: np.ndarray, dst: np.ndarray, amount: np.ndar
         ratio = np.maximum(ratio, link_ratio)
         flow_lat = access_lat.copy()
         flow_lat[cross] += pair_lat[inverse.ravel()]
-    np.maximum.at(latency, label, flow_lat)
+    if nlabels == 1:  # every flow has label 0: the largest of all
+        latency[0] = max(0.0, float(flow_lat.max()))
+    else:
+        np.maximum.at(latency, label, flow_lat)
     return ratio, latency
 
 
