@@ -33,9 +33,10 @@ _ENTRIES = 1 << 21
 """DAG links (about) per batch of pairs routed at once (bounds the temporary arrays)."""
 
 _TABLE_CODES = 1 << 26
-"""Pair keys (``routers ** 2``) up to which a :class:`DagStore` finds pairs in a table
-(4 bytes per key, of address space: only the pages of stored keys are touched; 16384
-dragonfly devices: 4096 routers, 64 MiB) rather than in sorted runs."""
+"""Pair keys (sources routed from x routers) up to which a :class:`DagStore` finds pairs in
+a table (4 bytes per key, of address space: only the pages of stored keys are touched;
+16384 dragonfly devices: 4096 x 4096 keys, 64 MiB; a torus routes from one source) rather
+than in sorted runs."""
 
 _ROW_ELEMENTS = 1 << 22
 """Distance-row elements per Dijkstra call."""
@@ -69,7 +70,8 @@ def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
 
 
 class DagStore:
-    """DAGs of router pairs keyed by ``s * nr + t``: per pair its links and their shares
+    """DAGs of router pairs keyed by an integer code (:class:`Routes`: the source's slot
+    times ``nr`` plus the target): per pair its links and their shares
     (``ptr`` delimits a pair's entries) and its latency, appended as computed. The keys are
     kept in sorted runs, each at most half as long as the one before (merged like the
     digits of a binary counter): appending costs ``O(log n)`` per key, not a copy of every
@@ -427,13 +429,19 @@ class Routes:
     (:func:`compute_dags`), a set of concurrent flows loading every link with the sum of
     its pairs' shares (a gather and a ``bincount`` over the DAGs the flows use)."""
 
-    def __init__(self, comp: CompiledGraph, engine: str = DEFAULT_ENGINE):
+    def __init__(self, comp: CompiledGraph, engine: str = DEFAULT_ENGINE, sources: np.ndarray | None = None):
         self.comp = comp
         self.engine = kernels.check_engine(engine)
         self.nr = len(comp.routers)
         self.rows = DistanceRows(comp)
         self.in_ptr = np.searchsorted(comp.ev, np.arange(self.nr + 1))  # links are sorted by head
-        self.store = DagStore(self.nr * self.nr)
+        # a pair's key: its source's slot among the sources routed from (every router, or a
+        # symmetry's canonical ones, ascending) times nr plus its target: the store's key
+        # table then holds only the rows of those sources
+        self.sources = np.arange(self.nr, dtype=np.int64) if sources is None else np.asarray(sources, np.int64)
+        self.slot = np.full(self.nr, -1, dtype=np.int64)
+        self.slot[self.sources] = np.arange(len(self.sources))
+        self.store = DagStore(len(self.sources) * self.nr)
         self.batch = 1024  # pairs per DAG batch, adapted to the DAG sizes seen
         self.known: dict[bytes, float] = {}  # a label's ratio by the digest of its flows (_flow_key)
 
@@ -444,14 +452,14 @@ class Routes:
 
     def _ids(self, store: DagStore, s: np.ndarray, t: np.ndarray) -> np.ndarray:
         """Ids in ``store`` of the pairs ``s -> t``, their DAGs computed if new."""
-        codes = s * self.nr + t
+        codes = self.slot[s] * self.nr + t
         ids, found = store.find(codes)
         if not found.all():
             missing, where = np.unique(codes[~found], return_inverse=True)
             first, at = store.size, 0
             while at < len(missing):
                 part = missing[at:at + self.batch]
-                counts, links, fracs, lats = compute_dags(self.comp, self.rows, part // self.nr,
+                counts, links, fracs, lats = compute_dags(self.comp, self.rows, self.sources[part // self.nr],
                                                           part % self.nr, self.in_ptr, self.engine)
                 store.append(part, counts, links, fracs, lats)
                 at += len(part)
@@ -489,13 +497,13 @@ class RelabeledRoutes(Routes):
     per pair), with the same shares."""
 
     def __init__(self, comp: CompiledGraph, sym: RouterSymmetry, engine: str = DEFAULT_ENGINE):
-        super().__init__(comp, engine)
+        super().__init__(comp, engine, np.unique(sym.canonical_of))
         self.sym = sym
 
     def flows(self, s, t, amount, label, nlabels):
-        s0, t0 = self.sym.canonical(s, t)
-        ids = self._ids(self.store, s0, t0)
-        store, element = self.store, self.sym.element(s)
+        element = self.sym.element(s)  # g_s, once: canonical() would find it again
+        ids = self._ids(self.store, self.sym.canonical_of[s], self.sym.invert(element, t))
+        store = self.store
         lens = store.ptr.view[ids + 1] - store.ptr.view[ids]
 
         def entries(a, z):
@@ -513,19 +521,19 @@ class TranslatedRoutes(Routes):
 
     def __init__(self, comp: CompiledGraph, sym: RouterSymmetry, grid: TranslationGrid,
                  engine: str = DEFAULT_ENGINE):
-        super().__init__(comp, engine)
+        super().__init__(comp, engine, np.unique(sym.canonical_of))
         self.sym, self.grid = sym, grid
         self.cells = _Growing(np.int64)  # per stored entry: its link's grid cell
 
     def flows(self, s, t, amount, label, nlabels):
-        s0, t0 = self.sym.canonical(s, t)
-        ids = self._ids(self.store, s0, t0)
+        element = self.sym.element(s)  # g_s, once: canonical() would find it again
+        ids = self._ids(self.store, self.sym.canonical_of[s], self.sym.invert(element, t))
         store = self.store
         self.cells.extend(self.grid.link_cell[store.edge.view[self.cells.size:]])
         cells, fracs, cell_link = self.cells.view, store.frac.view, self.grid.cell_link
         starts = store.ptr.view[ids]
         lens = store.ptr.view[ids + 1] - starts
-        shift = self.grid.shift(self.sym.element(s))
+        shift = self.grid.shift(element)
         if self.engine == "cpp":  # the kernel moves each entry's link itself
             def compiled(keep):
                 return kernels.label_ratios(store.ptr.view, store.edge.view, fracs, ids[keep], amount[keep],

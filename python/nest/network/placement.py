@@ -465,14 +465,17 @@ class GraphPlacer(Placer):
     def candidate_sends(self, table_sends, out_bytes, places):
         """One row per boundary of each candidate's placement (rows beyond its ``pp``
         unused); boundary ``k`` is row ``k``."""
-        rows = max([len(p.boundary[0]) for p in places], default=1) if places else 1
-        alpha = np.zeros((len(places), rows))
-        beta = np.zeros((len(places), rows))
-        for n, place in enumerate(places):
-            a, b = place.boundary
-            alpha[n, :len(a)], beta[n, :len(b)] = a, b
+        used = np.array([len(p.boundary[0]) for p in places], dtype=np.int64)
+        rows = int(used.max()) if len(places) else 1
         out = out_bytes.astype(np.float64)
-        send = to_ps(alpha[:, :, None] + beta[:, :, None] * out[:, None, :])
+        # rows past a candidate's boundaries stay 0 (what 0 + 0 x bytes rounds to): only
+        # the candidates with at least r boundaries are converted at row r
+        send = np.zeros((len(places), rows, out.shape[1]), dtype=np.int64)
+        for count in np.unique(used).tolist():
+            take = np.flatnonzero(used == count)
+            alpha = np.array([places[n].boundary[0] for n in take.tolist()], dtype=np.float64).reshape(len(take), count)
+            beta = np.array([places[n].boundary[1] for n in take.tolist()], dtype=np.float64).reshape(len(take), count)
+            send[take, :count] = to_ps(alpha[:, :, None] + beta[:, :, None] * out[take][:, None, :])
         return send, [np.arange(len(p.boundary_tiers), dtype=np.int64) for p in places]
 
     def boundary_seconds(self, place: Placement, k: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
