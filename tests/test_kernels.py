@@ -120,3 +120,37 @@ def test_kernels_reject_bad_input():
                                      ok["label"], 1, comp.ecap)
     with pytest.raises(ValueError, match="unknown routing engine"):
         paths.Routes(comp, "fortran")
+
+
+def _some_leaves():
+    """A dragonfly whose first devices also link to a second router: some devices hang
+    off one switch (leaves), the others route."""
+    g = generators.dragonfly(4, 3, 2).copy()
+    devices = sorted((n for n, a in g.nodes(data=True) if a.get("kind") == "device"),
+                     key=lambda n: g.nodes[n]["index"])
+    for d in devices[:5]:
+        g.add_edge(d, "r1.2" if g.has_edge(d, "r0.0") else "r0.0", bandwidth=25e9, latency=2e-6)
+    return g
+
+
+@pytest.mark.parametrize("make", [GRAPHS["dragonfly"], GRAPHS["torus"], GRAPHS["fat-tree"], GRAPHS["rail"],
+                                  GRAPHS["directed"], _some_leaves])
+@pytest.mark.parametrize("nlabels", [1, 4])
+def test_compiled_routes_are_numpys(make, nlabels):
+    """routing.route whole (access links, latencies, pairs on one router, flows to self)
+    with the compiled loops against the numpy engine."""
+    from nest.network import routing
+
+    out = []
+    for engine in kernels.ENGINES:
+        comp = compile_graph(make())
+        comp.routes = paths.make_routes(comp, engine)
+        n = len(comp.devices)
+        rng = np.random.default_rng(nlabels)
+        src, dst = rng.integers(0, n, 700), rng.integers(0, n, 700)
+        amount = rng.integers(1, 9, 700) / rng.choice([1.0, 3.0], 700)
+        label = rng.integers(0, nlabels, 700)
+        out.append(routing.route(comp, src, dst, amount, label, nlabels))
+        out.append(routing.route(comp, src[:1], src[:1], amount[:1], label[:1], nlabels))  # nothing moves
+    for a, b in zip(out[:2], out[2:]):
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])

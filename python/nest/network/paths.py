@@ -17,6 +17,10 @@ t')`` are routed and kept; a flow's links are its canonical DAG's moved by the
 automorphism of its source (relabelings: rail-optimized clusters, hierarchies;
 translations: tori, through an unwrapped grid), its shares and latency the canonical
 ones.
+
+The DAG searches and the load sums run in compiled loops by default
+(:mod:`nest.network.kernels`, engine ``"cpp"``); the numpy code here is the ``"numpy"``
+engine, the reference they match float for float.
 """
 
 from __future__ import annotations
