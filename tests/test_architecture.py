@@ -36,7 +36,9 @@ def copy(tmp_path):
     ("specs.py", "from .planner import plan", "nest.specs (floor 1) imports nest.planner (floor 12): an upward import"),
     ("cost/nodes.py", "from .scenario import Scenario", "import cycle: nest.cost.nodes <-> nest.cost.scenario"),
     ("report/text.py", "from ..search.search import _Search", "imports the private name nest.search.search._Search"),
-    ("cli.py", "from . import _core", "imports the compiled core; only nest.dp.engine may"),
+    ("cli.py", "from . import _core", "imports the compiled core; only nest.dp.engine and nest.network.kernels may"),
+    ("network/paths.py", "from .. import _core",
+     "imports the compiled core; only nest.dp.engine and nest.network.kernels may"),
 ])
 def test_the_checker_catches_each_kind_of_violation(copy, module, line, message):
     path = copy / "python" / "nest" / module

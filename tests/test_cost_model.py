@@ -119,6 +119,24 @@ def test_hierarchical_all_reduce_two_tiers():
     assert shape.all_reduce(n) == pytest.approx(expect, rel=1e-12)
 
 
+@pytest.mark.parametrize("order", ["tp-cp-ep-dp-pp", "dp-tp-pp-cp-ep", "pp-dp-cp-ep-tp"])
+def test_joint_groups_are_the_ranks_that_differ_only_in_their_dimensions(order):
+    """Leaders from the other dimensions' offsets are the ranks with coordinate 0 in every
+    dimension of the group (the definition), rows ascending, for every subset of
+    dimensions."""
+    import itertools
+
+    layout = Layout({"tp": 4, "cp": 2, "dp": 3, "pp": 2}, order)
+    coords = layout.coordinates()
+    for k in range(0, 5):
+        for dims in itertools.combinations(("tp", "cp", "ep", "dp", "pp"), k):
+            others = [d for d in coords if d not in dims]
+            key = sum(coords[d] * 100 ** i for i, d in enumerate(others))  # the coordinates outside dims
+            expected = np.array([np.flatnonzero(key == v) for v in np.unique(key)])
+            expected = expected[np.argsort(expected[:, 0])]
+            assert np.array_equal(joint_groups(layout, dims), expected), dims
+
+
 def test_non_uniform_group_priced_as_flat_ring_on_outer_tier():
     shape = group_shape(CLUSTER, np.array([[6, 7, 8, 9, 10, 11]]))
     assert shape.factors == (1, 6, 1)

@@ -83,3 +83,25 @@ def test_nest_plan_beats_the_best_blind_plan():
     for cluster in blind.values():
         theirs = nest.plan("gpt-1.7b", cluster, JOB)
         assert mine.step_time_s < theirs.step_time_s
+
+
+def test_candidate_sends_convert_only_each_candidates_boundaries():
+    """Candidates with different numbers of pipeline boundaries: every row of each
+    candidate's own boundaries is its transfer price, rows past them are 0 (what 0 + 0 x
+    bytes rounds to), as one conversion of the padded table gives."""
+    from types import SimpleNamespace
+
+    from nest.network.placement import GraphPlacer
+    from nest.units import to_ps
+
+    rng = np.random.default_rng(2)
+    places = [SimpleNamespace(boundary=(rng.random(k) * 1e-5, rng.random(k) * 1e-9), boundary_tiers=np.zeros(k))
+              for k in (1, 4, 2, 4, 1, 8, 2)]
+    out_bytes = rng.integers(0, 1 << 30, (len(places), 5))
+    send, rows = GraphPlacer.candidate_sends(None, None, out_bytes, places)
+    alpha, beta = np.zeros((len(places), 8)), np.zeros((len(places), 8))
+    for n, p in enumerate(places):
+        alpha[n, :len(p.boundary[0])], beta[n, :len(p.boundary[1])] = p.boundary
+    expected = to_ps(alpha[:, :, None] + beta[:, :, None] * out_bytes.astype(np.float64)[:, None, :])
+    assert send.dtype == expected.dtype and np.array_equal(send, expected)
+    assert [len(r) for r in rows] == [1, 4, 2, 4, 1, 8, 2]

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../routing.hpp"
 #include "../schedule.hpp"
 #include "../stage_dp.hpp"
 
@@ -25,6 +26,10 @@ template <>
 const char* dtype_name<int64_t>() { return "int64"; }
 template <>
 const char* dtype_name<double>() { return "float64"; }
+template <>
+const char* dtype_name<int32_t>() { return "int32"; }
+template <>
+const char* dtype_name<float>() { return "float32"; }
 
 // Check obj strictly and return a view on its data; `keep` holds the reference.
 template <class T>
@@ -148,10 +153,123 @@ py::array_t<double> pipeline_finish(int64_t pp, int64_t vp, int64_t micro_batche
     return out;
 }
 
+template <class T>
+py::array_t<T> vector_to_numpy(const std::vector<T>& values) {
+    py::array_t<T> out(static_cast<py::ssize_t>(values.size()));
+    if (!values.empty()) std::memcpy(out.mutable_data(), values.data(), values.size() * sizeof(T));
+    return out;
+}
+
+template <class T>
+void same_length(const nest::ArrayView<T>& v, int64_t n, const char* name, const char* of) {
+    if (v.shape[0] != n)
+        throw py::value_error(std::string(name) + " must have one value per " + of + " (" + std::to_string(n) +
+                              "), got " + std::to_string(v.shape[0]));
+}
+
+py::tuple shortest_path_dags(const py::object& dist, const py::object& row, const py::object& source,
+                             const py::object& target, const py::object& in_ptr, const py::object& eu,
+                             const py::object& ev, const py::object& ecost, const py::object& elat,
+                             const py::object& mul_tail, const py::object& mul_head) {
+    const auto d = view<float>(dist, "dist", 2);
+    const auto r = view<int64_t>(row, "row", 1), s = view<int64_t>(source, "source", 1),
+               t = view<int64_t>(target, "target", 1), ptr = view<int64_t>(in_ptr, "in_ptr", 1),
+               u = view<int64_t>(eu, "eu", 1), v = view<int64_t>(ev, "ev", 1);
+    const auto cost = view<double>(ecost, "ecost", 1), lat = view<double>(elat, "elat", 1),
+               mt = view<double>(mul_tail, "mul_tail", 1), mh = view<double>(mul_head, "mul_head", 1);
+    const int64_t n = r.shape[0], links = u.shape[0];
+    same_length(s, n, "source", "pair");
+    same_length(t, n, "target", "pair");
+    same_length(ptr, d.shape[1] + 1, "in_ptr", "router (plus one)");
+    same_length(v, links, "ev", "link");
+    for (const auto* a : {&cost, &lat, &mt, &mh}) same_length(*a, links, "link attributes", "link");
+    nest::DagGraph g;
+    g.dist = d.data;
+    g.rows = d.shape[0];
+    g.nr = d.shape[1];
+    g.in_ptr = ptr.data;
+    g.eu = u.data;
+    g.ev = v.data;
+    g.ecost = cost.data;
+    g.elat = lat.data;
+    g.mul_tail = mt.data;
+    g.mul_head = mh.data;
+    g.links = links;
+    for (int64_t i = 0; i <= g.nr; ++i)
+        if (ptr.data[i] < 0 || ptr.data[i] > links || (i > 0 && ptr.data[i] < ptr.data[i - 1]))
+            throw py::value_error("in_ptr: not ascending offsets into the links");
+    for (int64_t e = 0; e < links; ++e)
+        if (u.data[e] < 0 || u.data[e] >= g.nr || v.data[e] < 0 || v.data[e] >= g.nr)
+            throw py::value_error("eu, ev: router out of range");
+    nest::Dags out;
+    std::string error;
+    {
+        py::gil_scoped_release release;
+        try {
+            nest::shortest_path_dags(g, r.data, s.data, t.data, n, out);
+        } catch (const std::exception& e) {
+            error = e.what();
+        }
+    }
+    if (!error.empty()) throw py::value_error(error);
+    return py::make_tuple(vector_to_numpy(out.counts), vector_to_numpy(out.links), vector_to_numpy(out.fracs),
+                          vector_to_numpy(out.lats));
+}
+
+py::array_t<double> label_ratios(const py::object& ptr, const py::object& edge, const py::object& frac,
+                                 const py::object& ids, const py::object& amount, const py::object& label,
+                                 int64_t nlabels, const py::object& capacity, const py::object& cell,
+                                 const py::object& shift, const py::object& cell_link) {
+    const auto p = view<int64_t>(ptr, "ptr", 1), i = view<int64_t>(ids, "ids", 1),
+               lab = view<int64_t>(label, "label", 1);
+    const auto e = view<int32_t>(edge, "edge", 1);
+    const auto f = view<double>(frac, "frac", 1), amt = view<double>(amount, "amount", 1),
+               cap = view<double>(capacity, "capacity", 1);
+    const int64_t flows = i.shape[0];
+    same_length(amt, flows, "amount", "flow");
+    same_length(lab, flows, "label", "flow");
+    same_length(f, e.shape[0], "frac", "entry");
+    if (p.shape[0] < 1) throw py::value_error("ptr: empty");
+    if (nlabels < 0) throw py::value_error("nlabels: negative");
+    nest::DagEntries dags;
+    dags.ptr = p.data;
+    dags.pairs = p.shape[0] - 1;
+    dags.edge = e.data;
+    dags.frac = f.data;
+    dags.entries = e.shape[0];
+    nest::ArrayView<int64_t> ce, sh;
+    nest::ArrayView<int32_t> cl;
+    if (!cell.is_none()) {
+        ce = view<int64_t>(cell, "cell", 1);
+        sh = view<int64_t>(shift, "shift", 1);
+        cl = view<int32_t>(cell_link, "cell_link", 1);
+        same_length(ce, e.shape[0], "cell", "entry");
+        same_length(sh, flows, "shift", "flow");
+        dags.cell = ce.data;
+        dags.shift = sh.data;
+        dags.cell_link = cl.data;
+        dags.cells = cl.shape[0];
+    }
+    py::array_t<double> out(static_cast<py::ssize_t>(nlabels));
+    double* ratio = out.mutable_data();
+    std::string error;
+    {
+        py::gil_scoped_release release;
+        try {
+            nest::label_ratios(dags, i.data, amt.data, lab.data, flows, nlabels, cap.data, cap.shape[0], ratio);
+        } catch (const std::exception& ex) {
+            error = ex.what();
+        }
+    }
+    if (!error.empty()) throw py::value_error(error);
+    return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
-    m.doc() = "nest's compiled stage DP and pipeline schedule (private; use nest.dp.engine).";
+    m.doc() = "nest's compiled stage DP, pipeline schedule and routing kernels (private; use nest.dp.engine and "
+            "nest.network.kernels).";
     m.def("solve", &solve, py::arg("time_ps"), py::arg("params"), py::arg("mem_params"), py::arg("act_bytes"), py::arg("send_ps"),
           py::arg("cand_config"), py::arg("cand_scale"), py::arg("cand_offset"), py::arg("cand_head_scale"), py::arg("cand_mem_fixed"), py::arg("cand_mem_per_param"),
           py::arg("cand_g0"), py::arg("cand_g1"), py::arg("cand_lower_bound"), py::arg("pos_offset"),
@@ -165,6 +283,16 @@ PYBIND11_MODULE(_core, m) {
           py::arg("send_backward"), py::arg("extra_warmup") = 0,
           "Per pipeline rank, when its last task of Megatron-LM's (interleaved) 1F1B schedule ends;\n"
           "per-virtual-stage times in seconds (float64). Raises ValueError on bad input.");
+    m.def("shortest_path_dags", &shortest_path_dags, py::arg("dist"), py::arg("row"), py::arg("source"),
+          py::arg("target"), py::arg("in_ptr"), py::arg("eu"), py::arg("ev"), py::arg("ecost"), py::arg("elat"),
+          py::arg("mul_tail"), py::arg("mul_head"),
+          "Shortest-path DAGs of router pairs with their ECMP shares: (counts, links, fracs, lats)\n"
+          "(nest.network.paths.compute_dags). Raises ValueError on bad input.");
+    m.def("label_ratios", &label_ratios, py::arg("ptr"), py::arg("edge"), py::arg("frac"), py::arg("ids"),
+          py::arg("amount"), py::arg("label"), py::arg("nlabels"), py::arg("capacity"),
+          py::arg("cell") = py::none(), py::arg("shift") = py::none(), py::arg("cell_link") = py::none(),
+          "Per label, the largest load / capacity of a link under concurrent flows over stored DAGs\n"
+          "(nest.network.paths._ratios). Raises ValueError on bad input.");
     m.def("has_openmp", &nest::has_openmp, "Whether the core was compiled with OpenMP.");
     m.def("max_threads", &nest::max_threads, "Default thread count of the core (1 without OpenMP).");
     m.def("default_threads", &nest::default_threads, py::arg("work"),

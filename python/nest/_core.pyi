@@ -1,10 +1,13 @@
-"""nest's compiled stage DP and pipeline schedule (private: use :mod:`nest.dp.engine`)."""
+"""nest's compiled stage DP, pipeline schedule and routing kernels (private: use
+:mod:`nest.dp.engine` and :mod:`nest.network.kernels`)."""
 
 import numpy as np
 import numpy.typing as npt
 
 Int64 = npt.NDArray[np.int64]
 Float64 = npt.NDArray[np.float64]
+Int32 = npt.NDArray[np.int32]
+Float32 = npt.NDArray[np.float32]
 
 def solve(time_ps: Int64, params: Int64, mem_params: Int64, act_bytes: Int64, send_ps: Int64, cand_config: Int64,
           cand_scale: Int64, cand_offset: Int64, cand_head_scale: Int64, cand_mem_fixed: Float64,
@@ -19,6 +22,18 @@ def solve(time_ps: Int64, params: Int64, mem_params: Int64, act_bytes: Int64, se
 def pipeline_finish(pp: int, vp: int, micro_batches: int, forward: Float64, recompute: Float64, backward: Float64,
                     send_forward: Float64, send_backward: Float64) -> Float64:
     """Per pipeline rank, the end of its last task in Megatron-LM's (interleaved) 1F1B order."""
+
+def shortest_path_dags(dist: Float32, row: Int64, source: Int64, target: Int64, in_ptr: Int64, eu: Int64, ev: Int64,
+                       ecost: Float64, elat: Float64, mul_tail: Float64, mul_head: Float64
+                       ) -> tuple[Int64, Int64, Float64, Float64]:
+    """Shortest-path DAGs of router pairs with their ECMP shares: (counts, links, fracs, lats)
+    (nest.network.paths.compute_dags)."""
+
+def label_ratios(ptr: Int64, edge: Int32, frac: Float64, ids: Int64, amount: Float64, label: Int64, nlabels: int,
+                 capacity: Float64, cell: Int64 | None = None, shift: Int64 | None = None,
+                 cell_link: Int32 | None = None) -> Float64:
+    """Per label, the largest load / capacity of a link under concurrent flows over stored
+    DAGs (nest.network.paths._ratios)."""
 
 def has_openmp() -> bool:
     """Whether the core was compiled with OpenMP."""

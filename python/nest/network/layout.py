@@ -86,18 +86,23 @@ def joint_groups(layout: Layout, dims: tuple[str, ...], first_only: bool = False
     """Groups of ranks that differ only in ``dims``: ``[groups, size]``, rows ascending
     (only the group of rank 0 with ``first_only``)."""
     strides = layout.strides()
+    offsets = _span(layout, strides, dims)
+    if first_only:
+        return offsets[None, :]
+    # a rank is the sum of its coordinates times their strides over every dimension, so
+    # the leaders (coordinate 0 in each of dims) are the sums over the other dimensions
+    leaders = _span(layout, strides, tuple(d for d in strides if d not in dims))
+    return leaders[:, None] + offsets[None, :]
+
+
+def _span(layout: Layout, strides: dict[str, int], dims: tuple[str, ...]) -> np.ndarray:
+    """The rank offsets reached by moving along ``dims`` from rank 0, ascending."""
     offsets = np.zeros(1, dtype=np.int64)
     for dim in dims:
         step = strides[dim] * np.arange(layout.degrees.get(dim, 1), dtype=np.int64)
         offsets = (offsets[:, None] + step[None, :]).ravel()
     offsets.sort()
-    if first_only:
-        return offsets[None, :]
-    coords = layout.coordinates(dims)
-    leader = np.ones(layout.size, dtype=bool)
-    for dim in dims:
-        leader &= coords[dim] == 0
-    return np.flatnonzero(leader)[:, None] + offsets[None, :]
+    return offsets
 
 
 def expert_groups(layout: Layout, ep: int, etp: int = 1) -> tuple[np.ndarray, np.ndarray]:

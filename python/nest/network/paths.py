@@ -17,6 +17,10 @@ t')`` are routed and kept; a flow's links are its canonical DAG's moved by the
 automorphism of its source (relabelings: rail-optimized clusters, hierarchies;
 translations: tori, through an unwrapped grid), its shares and latency the canonical
 ones.
+
+The DAG searches and the load sums run in compiled loops by default
+(:mod:`nest.network.kernels`, engine ``"cpp"``); the numpy code here is the ``"numpy"``
+engine, the reference they match float for float.
 """
 
 from __future__ import annotations
@@ -24,11 +28,19 @@ from __future__ import annotations
 import numpy as np
 from scipy.sparse.csgraph import dijkstra
 
+from . import kernels
 from .compiled import CompiledGraph
+from .kernels import DEFAULT_ENGINE
 from .symmetry import RouterSymmetry, TranslationGrid, router_symmetry
 
 _ENTRIES = 1 << 21
 """DAG links (about) per batch of pairs routed at once (bounds the temporary arrays)."""
+
+_TABLE_CODES = 1 << 26
+"""Pair keys (sources routed from x routers) up to which a :class:`DagStore` finds pairs in
+a table (4 bytes per key, of address space: only the pages of stored keys are touched;
+16384 dragonfly devices: 4096 x 4096 keys, 64 MiB; a torus routes from one source) rather
+than in sorted runs."""
 
 _ROW_ELEMENTS = 1 << 22
 """Distance-row elements per Dijkstra call."""
@@ -62,14 +74,20 @@ def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
 
 
 class DagStore:
-    """DAGs of router pairs keyed by ``s * nr + t``: per pair its links and their shares
+    """DAGs of router pairs keyed by an integer code (:class:`Routes`: the source's slot
+    times ``nr`` plus the target): per pair its links and their shares
     (``ptr`` delimits a pair's entries) and its latency, appended as computed. The keys are
     kept in sorted runs, each at most half as long as the one before (merged like the
     digits of a binary counter): appending costs ``O(log n)`` per key, not a copy of every
-    key stored, and a lookup searches ``O(log n)`` runs."""
+    key stored, and a lookup searches ``O(log n)`` runs. With ``codes`` (the number of
+    possible keys) at most :data:`_TABLE_CODES`, a table from key to id replaces the runs:
+    one gather per lookup (zero-filled on demand, so only the pages of keys stored take
+    memory)."""
 
-    def __init__(self):
+    def __init__(self, codes: int | None = None):
         self.runs: list[tuple[np.ndarray, np.ndarray]] = []  # (sorted pair codes, their ids)
+        # id + 1 per key (0: not stored); np.zeros maps untouched pages lazily
+        self.table = np.zeros(codes, dtype=np.int32) if codes is not None and codes <= _TABLE_CODES else None
         self.ptr = _Growing(np.int64)
         self.ptr.extend(np.zeros(1, dtype=np.int64))
         self.edge = _Growing(np.int32)
@@ -83,6 +101,9 @@ class DagStore:
 
     def find(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, found)`` of pair codes (ids meaningless where not found)."""
+        if self.table is not None:
+            ids = self.table[codes].astype(np.int64) - 1
+            return ids, ids >= 0
         ids = np.zeros(len(codes), dtype=np.int64)
         found = np.zeros(len(codes), dtype=bool)
         for keys, key_ids in self.runs:
@@ -101,6 +122,9 @@ class DagStore:
         self.edge.extend(edge.astype(np.int32))
         self.frac.extend(frac)
         self.lat.extend(lat)
+        if self.table is not None:
+            self.table[codes] = np.arange(first + 1, first + len(codes) + 1, dtype=np.int32)
+            return
         order = np.argsort(codes, kind="stable")
         self.runs.append((codes[order], np.arange(first, first + len(codes), dtype=np.int64)[order]))
         while len(self.runs) > 1 and 2 * len(self.runs[-1][0]) >= len(self.runs[-2][0]):
@@ -226,14 +250,17 @@ def _dag_links(comp: CompiledGraph, dist: np.ndarray, row: np.ndarray, t: np.nda
     return np.concatenate(found_p), np.concatenate(found_link)
 
 
-def compute_dags(comp: CompiledGraph, rows: DistanceRows, s: np.ndarray, t: np.ndarray, in_ptr: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def compute_dags(comp: CompiledGraph, rows: DistanceRows, s: np.ndarray, t: np.ndarray, in_ptr: np.ndarray,
+                 engine: str = DEFAULT_ENGINE) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(counts, links, fracs, lats)`` of the router pairs ``s[i] -> t[i]`` (distinct,
     ``s != t``): each pair's DAG links (ascending) and shares, pair after pair, and its
-    longest shortest-path latency."""
+    longest shortest-path latency (``engine``: :mod:`nest.network.kernels`, the same
+    floats)."""
     nr, n = len(comp.routers), len(s)
     row = rows.rows(s)  # before reading .dist: it may grow
     dist = rows.dist
+    if engine == "cpp":
+        return kernels.shortest_path_dags(comp, dist, row, s, t, in_ptr)
     sources, slot = np.unique(row, return_inverse=True)
     if n >= 8 * len(sources) and len(sources) * len(comp.eu) <= _ROW_ELEMENTS:
         # many pairs per source: its tight links, found once, spare scanning every link
@@ -406,12 +433,19 @@ class Routes:
     (:func:`compute_dags`), a set of concurrent flows loading every link with the sum of
     its pairs' shares (a gather and a ``bincount`` over the DAGs the flows use)."""
 
-    def __init__(self, comp: CompiledGraph):
+    def __init__(self, comp: CompiledGraph, engine: str = DEFAULT_ENGINE, sources: np.ndarray | None = None):
         self.comp = comp
+        self.engine = kernels.check_engine(engine)
         self.nr = len(comp.routers)
         self.rows = DistanceRows(comp)
         self.in_ptr = np.searchsorted(comp.ev, np.arange(self.nr + 1))  # links are sorted by head
-        self.store = DagStore()
+        # a pair's key: its source's slot among the sources routed from (every router, or a
+        # symmetry's canonical ones, ascending) times nr plus its target: the store's key
+        # table then holds only the rows of those sources
+        self.sources = np.arange(self.nr, dtype=np.int64) if sources is None else np.asarray(sources, np.int64)
+        self.slot = np.full(self.nr, -1, dtype=np.int64)
+        self.slot[self.sources] = np.arange(len(self.sources))
+        self.store = DagStore(len(self.sources) * self.nr)
         self.batch = 1024  # pairs per DAG batch, adapted to the DAG sizes seen
         self.known: dict[bytes, float] = {}  # a label's ratio by the digest of its flows (_flow_key)
 
@@ -422,15 +456,15 @@ class Routes:
 
     def _ids(self, store: DagStore, s: np.ndarray, t: np.ndarray) -> np.ndarray:
         """Ids in ``store`` of the pairs ``s -> t``, their DAGs computed if new."""
-        codes = s * self.nr + t
+        codes = self.slot[s] * self.nr + t
         ids, found = store.find(codes)
         if not found.all():
             missing, where = np.unique(codes[~found], return_inverse=True)
             first, at = store.size, 0
             while at < len(missing):
                 part = missing[at:at + self.batch]
-                counts, links, fracs, lats = compute_dags(self.comp, self.rows, part // self.nr,
-                                                          part % self.nr, self.in_ptr)
+                counts, links, fracs, lats = compute_dags(self.comp, self.rows, self.sources[part // self.nr],
+                                                          part % self.nr, self.in_ptr, self.engine)
                 store.append(part, counts, links, fracs, lats)
                 at += len(part)
                 self.batch = int(np.clip(_ENTRIES // max(1.0, len(links) / len(part)), 64, 1 << 16))
@@ -439,6 +473,12 @@ class Routes:
 
     def _price(self, store: DagStore, ids: np.ndarray, s, t, amount, label, nlabels) -> tuple[np.ndarray, np.ndarray]:
         lens = store.ptr.view[ids + 1] - store.ptr.view[ids]
+        if self.engine == "cpp":
+            def compiled(keep):
+                return kernels.label_ratios(store.ptr.view, store.edge.view, store.frac.view, ids[keep],
+                                            amount[keep], label[keep], nlabels, self.comp.ecap)
+            return _known_ratios(label, lens, nlabels, _flow_key(s, t, amount), self.known, compiled), \
+                store.lat.view[ids]
 
         def entries(a, z):
             part, links, fracs = store.gather(ids[a:z])
@@ -460,14 +500,14 @@ class RelabeledRoutes(Routes):
     lookups per link: cheaper than finding the pair among millions kept, and no memory
     per pair), with the same shares."""
 
-    def __init__(self, comp: CompiledGraph, sym: RouterSymmetry):
-        super().__init__(comp)
+    def __init__(self, comp: CompiledGraph, sym: RouterSymmetry, engine: str = DEFAULT_ENGINE):
+        super().__init__(comp, engine, np.unique(sym.canonical_of))
         self.sym = sym
 
     def flows(self, s, t, amount, label, nlabels):
-        s0, t0 = self.sym.canonical(s, t)
-        ids = self._ids(self.store, s0, t0)
-        store, element = self.store, self.sym.element(s)
+        element = self.sym.element(s)  # g_s, once: canonical() would find it again
+        ids = self._ids(self.store, self.sym.canonical_of[s], self.sym.invert(element, t))
+        store = self.store
         lens = store.ptr.view[ids + 1] - store.ptr.view[ids]
 
         def entries(a, z):
@@ -483,20 +523,27 @@ class TranslatedRoutes(Routes):
     links are those of its canonical DAG translated by its source
     (:class:`~nest.network.symmetry.TranslationGrid`), with the same shares."""
 
-    def __init__(self, comp: CompiledGraph, sym: RouterSymmetry, grid: TranslationGrid):
-        super().__init__(comp)
+    def __init__(self, comp: CompiledGraph, sym: RouterSymmetry, grid: TranslationGrid,
+                 engine: str = DEFAULT_ENGINE):
+        super().__init__(comp, engine, np.unique(sym.canonical_of))
         self.sym, self.grid = sym, grid
         self.cells = _Growing(np.int64)  # per stored entry: its link's grid cell
 
     def flows(self, s, t, amount, label, nlabels):
-        s0, t0 = self.sym.canonical(s, t)
-        ids = self._ids(self.store, s0, t0)
+        element = self.sym.element(s)  # g_s, once: canonical() would find it again
+        ids = self._ids(self.store, self.sym.canonical_of[s], self.sym.invert(element, t))
         store = self.store
         self.cells.extend(self.grid.link_cell[store.edge.view[self.cells.size:]])
         cells, fracs, cell_link = self.cells.view, store.frac.view, self.grid.cell_link
         starts = store.ptr.view[ids]
         lens = store.ptr.view[ids + 1] - starts
-        shift = self.grid.shift(self.sym.element(s))
+        shift = self.grid.shift(element)
+        if self.engine == "cpp":  # the kernel moves each entry's link itself
+            def compiled(keep):
+                return kernels.label_ratios(store.ptr.view, store.edge.view, fracs, ids[keep], amount[keep],
+                                            label[keep], nlabels, self.comp.ecap, (cells, shift[keep], cell_link))
+            return _known_ratios(label, lens, nlabels, _flow_key(s, t, amount), self.known, compiled), \
+                store.lat.view[ids]
 
         def entries(a, z):
             part = lens[a:z]
@@ -506,15 +553,48 @@ class TranslatedRoutes(Routes):
             store.lat.view[ids]
 
 
+def _known_ratios(label: np.ndarray, lens: np.ndarray, nlabels: int, key, known: dict, compute) -> np.ndarray:
+    """:func:`_ratios` with the loads summed by ``compute(keep)`` (the ratios of the flows
+    ``keep``, a slice or a mask, per label: the compiled kernel): a label whose flows were
+    priced before (the digest ``key(a, z)`` of its flows in ``known``) is read back, as
+    :func:`_ratios` does once the entries outgrow one chunk."""
+    if nlabels > 1 and len(label) > 1 and (label[1:] < label[:-1]).any():
+        raise ValueError("flows must come label after label")
+    if int(lens.sum()) <= _CHUNK:
+        return compute(slice(None))
+    starts = np.flatnonzero(np.r_[True, label[1:] != label[:-1]])
+    stops = np.r_[starts[1:], len(label)]
+    ratio = np.zeros(nlabels)
+    keep = np.ones(len(label), dtype=bool)
+    names = {}
+    for a, z in zip(starts.tolist(), stops.tolist()):
+        name = key(a, z)
+        if name in known:
+            ratio[label[a]] = known[name]
+            keep[a:z] = False
+        else:
+            names[int(label[a])] = name
+    if names:
+        fresh = compute(keep)
+        for which, name in names.items():
+            ratio[which] = known[name] = float(fresh[which])
+    return ratio
+
+
+def make_routes(comp: CompiledGraph, engine: str = DEFAULT_ENGINE) -> Routes:
+    """A new routing store of ``comp`` that fits its symmetry (none, translations or
+    relabelings), its loops run by ``engine`` (:mod:`nest.network.kernels`)."""
+    sym = router_symmetry(comp)
+    if sym is None:
+        return Routes(comp, engine)
+    if sym.shift and TranslationGrid.fits(sym):
+        return TranslatedRoutes(comp, sym, TranslationGrid(sym), engine)
+    return RelabeledRoutes(comp, sym, engine)
+
+
 def routes_of(comp: CompiledGraph) -> Routes:
     """The routing store of ``comp`` (made on first use)."""
     with comp.lock:
         if comp.routes is None:
-            sym = router_symmetry(comp)
-            if sym is None:
-                comp.routes = Routes(comp)
-            elif sym.shift and TranslationGrid.fits(sym):
-                comp.routes = TranslatedRoutes(comp, sym, TranslationGrid(sym))
-            else:
-                comp.routes = RelabeledRoutes(comp, sym)
+            comp.routes = make_routes(comp)
         return comp.routes

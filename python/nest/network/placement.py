@@ -389,6 +389,7 @@ class GraphPlacer(Placer):
         hosts = [("host", str(attrs[d]["host"])) if attrs[d].get("host") is not None else ("device", str(d))
                  for d in cluster.device_order]
         self._domain = np.unique([f"{kind}:{name}" for kind, name in hosts], return_inverse=True)[1].ravel()
+        self._pipeline: dict[tuple[int, int, int], tuple] = {}  # (ranks, pp, pp stride) -> boundaries
 
     def _place(self, tp: int, cp: int, dp: int, pp: int, ep: int, order: str, etp: int) -> Placement:
         """Every family of the layout priced on the graph, all its groups at once."""
@@ -400,7 +401,7 @@ class GraphPlacer(Placer):
         dense = joint_groups(layout, ("cp", "dp"))
         expert_dp = (GraphGroup(edp_groups.shape[1], net.ring(edp_groups).best) if self.has_experts
                      else GraphGroup(edp_groups.shape[1]))  # no expert weights: nothing to sync
-        boundary = net.boundaries(*layout.pipeline_partners(), pp) if pp > 1 else (np.zeros(1), np.zeros(1))
+        boundary, boundary_tiers = self._boundaries(layout)
         tp_groups = joint_groups(layout, ("tp",))
         domains = self._domain[tp_groups]
         return Placement(
@@ -408,9 +409,19 @@ class GraphPlacer(Placer):
             cp_ring=net.neighbours(joint_groups(layout, ("cp",))),
             dense_dp=GraphGroup(dense.shape[1], net.ring(dense).best),
             ep=GraphGroup(ep_groups.shape[1], a2a=net.all_to_all(ep_groups)), expert_dp=expert_dp,
-            boundary_tiers=layout.boundary_tiers(self.cluster), boundary=boundary,
+            boundary_tiers=boundary_tiers, boundary=boundary,
             tp_inner=bool((domains == domains[:, :1]).all()),
             expert_tp=GraphGroup(etp, net.ring(expert_tp_groups(layout, ep, etp)).best) if etp > 1 else None)
+
+    def _boundaries(self, layout: Layout) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
+        """The pipeline boundaries' prices and tiers of ``layout`` (cached: every rank's
+        pipeline partner follows from the ranks, the stages and the pipeline stride alone)."""
+        pp = layout.degrees.get("pp", 1)
+        key = (layout.size, pp, layout.strides()["pp"])
+        if key not in self._pipeline:
+            prices = self.net.boundaries(*layout.pipeline_partners(), pp) if pp > 1 else (np.zeros(1), np.zeros(1))
+            self._pipeline[key] = (prices, layout.boundary_tiers(self.cluster))
+        return self._pipeline[key]
 
     def floor_terms(self, degrees: DegreeColumns, any_of: tuple[str, ...] | None = None) -> GroupTerms:
         """With the candidates' own rank orders every degree is known: each family is
@@ -466,14 +477,17 @@ class GraphPlacer(Placer):
     def candidate_sends(self, table_sends, out_bytes, places):
         """One row per boundary of each candidate's placement (rows beyond its ``pp``
         unused); boundary ``k`` is row ``k``."""
-        rows = max([len(p.boundary[0]) for p in places], default=1) if places else 1
-        alpha = np.zeros((len(places), rows))
-        beta = np.zeros((len(places), rows))
-        for n, place in enumerate(places):
-            a, b = place.boundary
-            alpha[n, :len(a)], beta[n, :len(b)] = a, b
+        used = np.array([len(p.boundary[0]) for p in places], dtype=np.int64)
+        rows = int(used.max()) if len(places) else 1
         out = out_bytes.astype(np.float64)
-        send = to_ps(alpha[:, :, None] + beta[:, :, None] * out[:, None, :])
+        # rows past a candidate's boundaries stay 0 (what 0 + 0 x bytes rounds to): only
+        # the candidates with at least r boundaries are converted at row r
+        send = np.zeros((len(places), rows, out.shape[1]), dtype=np.int64)
+        for count in np.unique(used).tolist():
+            take = np.flatnonzero(used == count)
+            alpha = np.array([places[n].boundary[0] for n in take.tolist()], dtype=np.float64).reshape(len(take), count)
+            beta = np.array([places[n].boundary[1] for n in take.tolist()], dtype=np.float64).reshape(len(take), count)
+            send[take, :count] = to_ps(alpha[:, :, None] + beta[:, :, None] * out[take][:, None, :])
         return send, [np.arange(len(p.boundary_tiers), dtype=np.int64) for p in places]
 
     def boundary_seconds(self, place: Placement, k: np.ndarray, nbytes: np.ndarray) -> np.ndarray:

@@ -59,42 +59,70 @@ def route(comp: CompiledGraph, src: np.ndarray, dst: np.ndarray, amount: np.ndar
     if label is None:
         label = np.zeros(len(src), dtype=np.int64)
     keep = src != dst
-    src, dst, amount, label = src[keep], dst[keep], amount[keep], label[keep]
+    if not keep.all():
+        src, dst, amount, label = src[keep], dst[keep], amount[keep], label[keep]
     ratio = np.zeros(nlabels)
     latency = np.zeros(nlabels)
     if src.size == 0:
         return ratio, latency
     n_dev = len(comp.devices)
+    leaves = _leaves(comp)
     for ends, cap in ((src, comp.up_cap), (dst, comp.down_cap)):
-        on = comp.leaf[ends]
-        if not on.any():
+        on = None if leaves == "all" else comp.leaf[ends]
+        if leaves == "none" or (on is not None and not on.any()):
             continue
-        key = label[on] * n_dev + ends[on]
+        # (label, device) keys and amounts of the flows on access links (all of them when
+        # every device hangs off a switch: no masked copies; with one label, the device)
+        key = ends if on is None else ends[on]
+        if nlabels > 1:
+            key = (label if on is None else label[on]) * n_dev + key
+        weights = amount if on is None else amount[on]
         if nlabels * n_dev <= max(4 * len(key), 1 << 16):  # a dense table is cheaper than sorting
-            use = np.bincount(key, weights=amount[on], minlength=nlabels * n_dev).reshape(nlabels, n_dev)
+            use = np.bincount(key, weights=weights, minlength=nlabels * n_dev).reshape(nlabels, n_dev)
             ratio = np.maximum(ratio, (use / cap).max(axis=1))
         else:  # access links of the (label, device) pairs used: the others carry nothing
             used, which = np.unique(key, return_inverse=True)
-            use = np.bincount(which.ravel(), weights=amount[on])
+            use = np.bincount(which.ravel(), weights=weights)
             np.maximum.at(ratio, used // n_dev, use / cap[used % n_dev])
-    access_lat = (np.where(comp.leaf[src], comp.up_lat[src], 0.0)
-                  + np.where(comp.leaf[dst], comp.down_lat[dst], 0.0))
+    if leaves == "all":  # np.where(True, x, 0.0) is x: the same sums
+        access_lat = comp.up_lat[src] + comp.down_lat[dst]
+    elif leaves == "none":  # 0.0 + 0.0
+        access_lat = np.zeros(len(src))
+    else:
+        access_lat = (np.where(comp.leaf[src], comp.up_lat[src], 0.0)
+                      + np.where(comp.leaf[dst], comp.down_lat[dst], 0.0))
     a, b = comp.router_of[src], comp.router_of[dst]
     cross = a != b
     flow_lat = access_lat
     if cross.any():
         nr = len(comp.routers)
-        codes = (label[cross] * nr + a[cross]) * nr + b[cross]
+        every = bool(cross.all())  # then no masked copies
+        a, b = (a, b) if every else (a[cross], b[cross])
+        codes = a * nr + b if nlabels == 1 else ((label if every else label[cross]) * nr + a) * nr + b
         unique, inverse = np.unique(codes, return_inverse=True)
-        amounts = np.bincount(inverse, weights=amount[cross])
+        amounts = np.bincount(inverse, weights=amount if every else amount[cross])
         pair_label, pair = unique // (nr * nr), unique % (nr * nr)
         with comp.lock:  # the store may grow (and move) while another thread reads it
             link_ratio, pair_lat = routes_of(comp).flows(pair // nr, pair % nr, amounts, pair_label, nlabels)
         ratio = np.maximum(ratio, link_ratio)
-        flow_lat = access_lat.copy()
-        flow_lat[cross] += pair_lat[inverse.ravel()]
-    np.maximum.at(latency, label, flow_lat)
+        if every:
+            flow_lat = access_lat + pair_lat[inverse.ravel()]
+        else:
+            flow_lat = access_lat.copy()
+            flow_lat[cross] += pair_lat[inverse.ravel()]
+    if nlabels == 1:  # every flow has label 0: the largest of all
+        latency[0] = max(0.0, float(flow_lat.max()))
+    else:
+        np.maximum.at(latency, label, flow_lat)
     return ratio, latency
+
+
+def _leaves(comp: CompiledGraph) -> str:
+    """Whether every device (``"all"``), none (``"none"``) or some (``"some"``) hang off a
+    single switch (cached per graph)."""
+    if "leaves" not in comp.cache:
+        comp.cache["leaves"] = "all" if comp.leaf.all() else "none" if not comp.leaf.any() else "some"
+    return comp.cache["leaves"]
 
 
 def group_rows(groups) -> np.ndarray:

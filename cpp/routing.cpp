@@ -1,0 +1,222 @@
+// See routing.hpp. The numpy code these loops replace is python/nest/network/paths.py
+// (compute_dags, _ratios); the comments say which of its steps each loop reproduces.
+#include "routing.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace nest {
+
+namespace {
+
+void check_index(int64_t value, int64_t size, const char* what) {
+    if (value < 0 || value >= size)
+        throw std::invalid_argument(std::string(what) + " = " + std::to_string(value) + ": out of range 0.." +
+                                    std::to_string(size - 1));
+}
+
+}  // namespace
+
+void shortest_path_dags(const DagGraph& g, const int64_t* row, const int64_t* source, const int64_t* target,
+                        int64_t n, Dags& out) {
+    const int64_t nr = g.nr;
+    out.counts.assign(static_cast<size_t>(n), 0);
+    out.lats.assign(static_cast<size_t>(n), 0.0);
+    out.links.clear();
+    out.fracs.clear();
+    // per router, reset for the routers of each pair's DAG (`seen`)
+    std::vector<int64_t> mark(static_cast<size_t>(nr), -1);
+    std::vector<double> sigma(static_cast<size_t>(nr), 0.0), tau(static_cast<size_t>(nr), 0.0),
+        lat(static_cast<size_t>(nr), 0.0), part(static_cast<size_t>(nr), 0.0);
+    std::vector<int64_t> stack, seen, dag, touched;
+    std::vector<std::pair<float, int64_t>> by_level;  // (tail's distance, link)
+    std::vector<size_t> cuts;
+    std::vector<std::pair<int64_t, double>> result;
+    for (int64_t p = 0; p < n; ++p) {
+        check_index(row[p], g.rows, "row");
+        check_index(source[p], nr, "source");
+        check_index(target[p], nr, "target");
+        const float* d = g.dist + row[p] * nr;
+        const int64_t s = source[p], t = target[p];
+        if (!std::isfinite(d[t]) || s == t)
+            throw std::invalid_argument("pair " + std::to_string(s) + " -> " + std::to_string(t) +
+                                        ": not a pair of distinct connected routers");
+        // The DAG backwards from t (paths._dag_links): a link u -> v into a DAG router is
+        // on the DAG when d(u) + cost = d(v) in float32; each router is expanded once.
+        dag.clear();
+        seen.clear();
+        stack.assign(1, t);
+        mark[static_cast<size_t>(t)] = p;
+        seen.push_back(t);
+        while (!stack.empty()) {
+            const int64_t v = stack.back();
+            stack.pop_back();
+            const float dv = d[v];
+            if (!(dv > 0.0f)) continue;  // the source: no link into it is on a shortest path
+            for (int64_t e = g.in_ptr[v]; e < g.in_ptr[v + 1]; ++e) {
+                const int64_t u = g.eu[e];
+                const float reach = d[u] + static_cast<float>(g.ecost[e]);
+                if (!(reach == dv)) continue;
+                dag.push_back(e);
+                if (mark[static_cast<size_t>(u)] != p) {
+                    mark[static_cast<size_t>(u)] = p;
+                    seen.push_back(u);
+                    stack.push_back(u);
+                }
+            }
+        }
+        // Links by (tail's distance, link): segments of equal distance, in order.
+        by_level.clear();
+        for (int64_t e : dag) by_level.emplace_back(d[g.eu[e]], e);
+        std::sort(by_level.begin(), by_level.end());
+        for (int64_t r : seen) {
+            const size_t i = static_cast<size_t>(r);
+            sigma[i] = tau[i] = part[i] = 0.0;
+            lat[i] = -std::numeric_limits<double>::infinity();
+        }
+        sigma[static_cast<size_t>(s)] = 1.0;
+        lat[static_cast<size_t>(s)] = 0.0;
+        tau[static_cast<size_t>(t)] = 1.0;
+        const size_t m = by_level.size();
+        cuts.assign(1, 0);
+        for (size_t i = 1; i < m; ++i)
+            if (by_level[i].first != by_level[i - 1].first) cuts.push_back(i);
+        cuts.push_back(m);
+        // sigma, segment by segment: a bincount of m_tail * sigma[tail] over the heads
+        // (summed from 0 in link order), then added; the latency of a head: the largest
+        // lat[tail] + elat (the tails of a segment are final: heads lie further out).
+        for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+            touched.clear();
+            for (size_t i = cuts[c]; i < cuts[c + 1]; ++i) {
+                const int64_t e = by_level[i].second;
+                const size_t u = static_cast<size_t>(g.eu[e]), v = static_cast<size_t>(g.ev[e]);
+                part[v] += g.mul_tail[e] * sigma[u];
+                touched.push_back(static_cast<int64_t>(v));
+                lat[v] = std::max(lat[v], lat[u] + g.elat[e]);
+            }
+            for (int64_t v : touched) {
+                sigma[static_cast<size_t>(v)] += part[static_cast<size_t>(v)];
+                part[static_cast<size_t>(v)] = 0.0;
+            }
+        }
+        // tau, segments in reverse: m_head * tau[head] summed over the tails.
+        for (size_t c = cuts.size() - 1; c-- > 0;) {
+            touched.clear();
+            for (size_t i = cuts[c]; i < cuts[c + 1]; ++i) {
+                const int64_t e = by_level[i].second;
+                const size_t u = static_cast<size_t>(g.eu[e]), v = static_cast<size_t>(g.ev[e]);
+                part[u] += g.mul_head[e] * tau[v];
+                touched.push_back(static_cast<int64_t>(u));
+            }
+            for (int64_t u : touched) {
+                tau[static_cast<size_t>(u)] += part[static_cast<size_t>(u)];
+                part[static_cast<size_t>(u)] = 0.0;
+            }
+        }
+        // shares: (m_tail m_head) sigma(tail) tau(head) / sigma(t), links ascending
+        result.clear();
+        const double paths = sigma[static_cast<size_t>(t)];
+        for (int64_t e : dag) {
+            const size_t u = static_cast<size_t>(g.eu[e]), v = static_cast<size_t>(g.ev[e]);
+            const double mul = g.mul_tail[e] * g.mul_head[e];
+            result.emplace_back(e, mul * sigma[u] * tau[v] / paths);
+        }
+        std::sort(result.begin(), result.end());
+        for (const auto& [e, frac] : result) {
+            out.links.push_back(e);
+            out.fracs.push_back(frac);
+        }
+        out.counts[static_cast<size_t>(p)] = static_cast<int64_t>(result.size());
+        out.lats[static_cast<size_t>(p)] = lat[static_cast<size_t>(t)];
+    }
+}
+
+namespace {
+
+// Adds the entries of flows [a, z) (one label) to `load`; with `on`, lists the links
+// first loaded in `touched`. Returns false if an index is out of range.
+template <bool Moved, bool Track>
+bool add_label(const DagEntries& dags, const int64_t* ids, const double* amount, int64_t a, int64_t z,
+               int64_t links, double* load, char* on, std::vector<int64_t>& touched) {
+    const uint64_t n_links = static_cast<uint64_t>(links), n_cells = static_cast<uint64_t>(dags.cells);
+    for (int64_t f = a; f < z; ++f) {
+        const int64_t id = ids[f];
+        const double amt = amount[f];
+        const int64_t offset = Moved ? dags.shift[f] : 0;
+        for (int64_t e = dags.ptr[id]; e < dags.ptr[id + 1]; ++e) {
+            int64_t link;
+            if (Moved) {
+                const uint64_t cell = static_cast<uint64_t>(dags.cell[e] + offset);
+                if (cell >= n_cells) return false;
+                link = dags.cell_link[cell];
+            } else {
+                link = dags.edge[e];
+            }
+            if (static_cast<uint64_t>(link) >= n_links) return false;
+            // the weight first, then the sum: frac * amount (x * 1.0 is x), added in order
+            const double weight = dags.frac[e] * amt;
+            load[link] += weight;
+            if (Track && !on[link]) {
+                on[link] = 1;
+                touched.push_back(link);
+            }
+        }
+    }
+    return true;
+}
+
+}  // namespace
+
+void label_ratios(const DagEntries& dags, const int64_t* ids, const double* amount, const int64_t* label,
+                  int64_t flows, int64_t nlabels, const double* capacity, int64_t links, double* ratio) {
+    for (int64_t l = 0; l < nlabels; ++l) ratio[l] = 0.0;
+    for (int64_t f = 0; f < flows; ++f) {
+        check_index(ids[f], dags.pairs, "pair id");
+        check_index(label[f], nlabels, "label");
+        if (f > 0 && label[f] < label[f - 1]) throw std::invalid_argument("flows must come label after label");
+        const int64_t* at = dags.ptr + ids[f];
+        if (at[0] < 0 || at[1] < at[0] || at[1] > dags.entries) throw std::invalid_argument("ptr: entries out of range");
+    }
+    // one array of loads, zero between labels: a label's links are read and cleared when
+    // it ends (all links when it loads many, else the ones it touched)
+    std::vector<double> load(static_cast<size_t>(links), 0.0);
+    std::vector<char> on(static_cast<size_t>(links), 0);
+    std::vector<int64_t> touched;
+    const bool moved = dags.cell != nullptr;
+    int64_t a = 0;
+    while (a < flows) {
+        int64_t z = a, count = 0;
+        for (; z < flows && label[z] == label[a]; ++z) count += dags.ptr[ids[z] + 1] - dags.ptr[ids[z]];
+        const bool dense = 4 * count > links;
+        touched.clear();
+        bool ok;
+        if (moved)
+            ok = dense ? add_label<true, false>(dags, ids, amount, a, z, links, load.data(), on.data(), touched)
+                       : add_label<true, true>(dags, ids, amount, a, z, links, load.data(), on.data(), touched);
+        else
+            ok = dense ? add_label<false, false>(dags, ids, amount, a, z, links, load.data(), on.data(), touched)
+                       : add_label<false, true>(dags, ids, amount, a, z, links, load.data(), on.data(), touched);
+        if (!ok) throw std::invalid_argument("a DAG entry's link is out of range");
+        double best = 0.0;  // capacities are positive: unloaded links (0) are not the largest
+        if (dense) {
+            for (int64_t i = 0; i < links; ++i) {
+                best = std::max(best, load[i] / capacity[i]);
+                load[i] = 0.0;
+            }
+        } else {
+            for (int64_t i : touched) {
+                best = std::max(best, load[i] / capacity[i]);
+                load[i] = 0.0;
+                on[i] = 0;
+            }
+        }
+        ratio[label[a]] = best;
+        a = z;
+    }
+}
+
+}  // namespace nest

@@ -1,0 +1,88 @@
+"""The door of :mod:`nest.network` to the compiled core ``nest._core``: the routing kernels.
+
+Two engines compute exactly the same floats (every sum in the same order):
+
+* ``"cpp"`` (default): the loops of ``cpp/routing.cpp``, one pass over the entries
+  instead of numpy's sorts, gathers and scatters;
+* ``"numpy"``: the reference, :mod:`nest.network.paths`' own numpy code (also what
+  routes whose links move by relabeling use for their loads).
+
+``tests/test_kernels.py`` checks that both give identical DAGs and loads.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+ENGINES = ("cpp", "numpy")
+"""Names accepted by :class:`nest.network.paths.Routes`."""
+
+DEFAULT_ENGINE = "cpp"
+
+_loaded = None  # nest._core once _core() has loaded it
+
+
+def _core():
+    """The compiled module (loaded once), its OpenMP threads waiting passively unless the
+    user set a policy (as :func:`nest.dp.engine._core` does: whichever door opens the core
+    first decides it)."""
+    global _loaded
+    if _loaded is None:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        try:
+            from .. import _core
+        except ImportError as error:  # pragma: no cover - only without a build
+            raise ImportError(
+                "nest._core (the compiled routing kernels) is not available; install the package "
+                "with `pip install .` or use engine='numpy'") from error
+        _loaded = _core
+    return _loaded
+
+
+def check_engine(engine: str) -> str:
+    """``engine`` if it is one of :data:`ENGINES` (ValueError otherwise)."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown routing engine {engine!r}; expected one of {', '.join(ENGINES)}")
+    return engine
+
+
+def _links_of(comp) -> tuple:
+    """The link arrays of ``comp`` in the dtypes the kernels take (made once per graph)."""
+    arrays = comp.cache.get("kernel-links")
+    if arrays is None:
+        as_f64 = lambda a: np.ascontiguousarray(a, dtype=np.float64)  # noqa: E731
+        arrays = (np.ascontiguousarray(comp.eu, dtype=np.int64), np.ascontiguousarray(comp.ev, dtype=np.int64),
+                  as_f64(comp.ecost), as_f64(comp.elat), as_f64(comp.mul_tail), as_f64(comp.mul_head))
+        comp.cache["kernel-links"] = arrays
+    return arrays
+
+
+def shortest_path_dags(comp, dist: np.ndarray, row: np.ndarray, s: np.ndarray, t: np.ndarray,
+                       in_ptr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`nest.network.paths.compute_dags` compiled: ``(counts, links, fracs, lats)`` of
+    the router pairs ``s[i] -> t[i]`` whose sources' distances are ``dist[row[i]]``."""
+    eu, ev, ecost, elat, mul_tail, mul_head = _links_of(comp)
+    i64 = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
+    return _core().shortest_path_dags(np.ascontiguousarray(dist, dtype=np.float32), i64(row), i64(s), i64(t),
+                                      i64(in_ptr), eu, ev, ecost, elat, mul_tail, mul_head)
+
+
+def label_ratios(ptr: np.ndarray, edge: np.ndarray, frac: np.ndarray, ids: np.ndarray, amount: np.ndarray,
+                 label: np.ndarray, nlabels: int, capacity: np.ndarray, translation=None) -> np.ndarray:
+    """Per label, the largest ``load / capacity`` of a link: flow ``f`` (labels ascending)
+    adds ``frac * amount[f]`` to every entry of its stored DAG ``ids[f]`` (``ptr``, ``edge``,
+    ``frac``: :class:`~nest.network.paths.DagStore`), entry after entry in flow order.
+    ``translation``: ``(cell, shift, cell_link)`` of a torus
+    (:class:`~nest.network.symmetry.TranslationGrid`): entry ``e`` of flow ``f`` loads link
+    ``cell_link[cell[e] + shift[f]]``, its canonical DAG's link moved onto the flow's."""
+    i64 = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
+    extra = ()
+    if translation is not None:
+        cell, shift, cell_link = translation
+        extra = (i64(cell), i64(shift), np.ascontiguousarray(cell_link, dtype=np.int32))
+    return _core().label_ratios(i64(ptr), np.ascontiguousarray(edge, dtype=np.int32),
+                                np.ascontiguousarray(frac, dtype=np.float64), i64(ids),
+                                np.ascontiguousarray(amount, dtype=np.float64), i64(label), int(nlabels),
+                                np.ascontiguousarray(capacity, dtype=np.float64), *extra)

@@ -1,0 +1,156 @@
+"""The compiled routing kernels (nest.network.kernels, cpp/routing.cpp) give exactly the
+numpy engine's floats: the same DAGs (links, shares, latencies) and the same link-load
+ratios, bit for bit, on translated, relabeled and general routes, twins, directed links,
+weighted costs, labelled sets and repeated labels."""
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from nest.network import generators, kernels, paths
+from nest.network.compiled import compile_graph
+
+
+def _weighted(graph, seed, directed=False):
+    """A copy of ``graph`` (no generator structure: general routes) with random integer
+    costs, latencies and bandwidths, so that DAGs have several levels per hop and many
+    equal-cost paths; ``directed``: each direction its own capacity."""
+    rng = np.random.default_rng(seed)
+    g = nx.DiGraph(graph) if directed else graph.copy()
+    for _, _, data in g.edges(data=True):
+        data["cost"] = int(rng.integers(1, 4))
+        data["latency"] = float(rng.choice([1e-6, 2.5e-6, 3e-7]))
+        data["bandwidth"] = float(rng.choice([25e9, 50e9, 450e9]))
+    return g
+
+
+GRAPHS = {
+    "torus": lambda: generators.torus((4, 6, 3)),
+    "torus-2d": lambda: generators.torus((5, 4)),
+    "dragonfly": lambda: generators.dragonfly(6, 4, 2, global_links=2),
+    "fat-tree": lambda: generators.fat_tree(4),  # twins: core switches
+    "leaf-spine": lambda: generators.spine_leaf(4, 4, 3),
+    "rail": lambda: generators.rail_optimized(4, 4, 2),  # relabeled routes
+    "weighted-dragonfly": lambda: _weighted(generators.dragonfly(5, 4, 2), 1),
+    "weighted-torus": lambda: _weighted(generators.torus((4, 5)), 2),
+    "directed": lambda: _weighted(generators.dragonfly(4, 3, 2), 3, directed=True),
+}
+
+
+def _flows(comp, seed, count, nlabels):
+    rng = np.random.default_rng(seed)
+    hosts = np.unique(comp.router_of)
+    s, t = rng.choice(hosts, count), rng.choice(hosts, count)
+    keep = s != t
+    label = np.sort(rng.integers(0, nlabels, count))[keep]
+    amount = rng.integers(1, 13, count)[keep] / rng.choice([1.0, 3.0, 7.0], count)[keep]
+    return s[keep], t[keep], amount, label
+
+
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+def test_compiled_dags_are_numpys(name):
+    comp = compile_graph(GRAPHS[name]())
+    hosts = np.unique(comp.router_of)  # what flows run between (merged twins carry none)
+    s, t = (a.ravel() for a in np.meshgrid(hosts, hosts, indexing="ij"))
+    keep = s != t
+    s, t = s[keep], t[keep]
+    stores = {}
+    for engine in kernels.ENGINES:
+        routes = paths.Routes(comp, engine)
+        routes.batch = 37  # several batches, some pairs' sources in more than one
+        stores[engine] = routes.store
+        routes._ids(routes.store, s, t)
+    cpp, ref = stores["cpp"], stores["numpy"]
+    assert cpp.size == ref.size == len(s)
+    for a, b in ((cpp.ptr, ref.ptr), (cpp.edge, ref.edge), (cpp.frac, ref.frac), (cpp.lat, ref.lat)):
+        assert np.array_equal(a.view, b.view)
+
+
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+@pytest.mark.parametrize("nlabels", [1, 3, 17])
+def test_compiled_loads_are_numpys(name, nlabels, monkeypatch):
+    """Every symmetry's routes (and the chunked numpy sums with their kept labels)."""
+    monkeypatch.setattr(paths, "_CHUNK", 50)  # labels kept by digest, chunks in numpy
+    comp = compile_graph(GRAPHS[name]())
+    s, t, amount, label = _flows(comp, nlabels, 600, nlabels)
+    got = {}
+    for engine in kernels.ENGINES:
+        routes = paths.make_routes(comp, engine)
+        first = routes.flows(s, t, amount, label, nlabels)
+        # the labels in reverse order, each with its flows in order: read back by digest
+        order = np.lexsort((np.arange(len(label)), -label))
+        again = routes.flows(s[order], t[order], amount[order], nlabels - 1 - label[order], nlabels)
+        got[engine] = (first, again)
+    for (a, b) in zip(got["cpp"], got["numpy"]):
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    assert np.array_equal(got["cpp"][0][0], got["cpp"][1][0][::-1])
+
+
+def test_unit_amounts_and_one_label():
+    """A ring's flows (every amount 1.0: numpy skips the multiplication, the kernel's x *
+    1.0 is x) over many entries."""
+    comp = compile_graph(generators.torus((6, 6, 4)))
+    n = len(comp.routers)
+    s = np.arange(n)
+    t = (s * 7 + 5) % n
+    keep = s != t
+    s, t = s[keep], t[keep]
+    ones, label = np.ones(len(s)), np.zeros(len(s), dtype=np.int64)
+    out = [paths.make_routes(comp, e).flows(s, t, ones, label, 1) for e in kernels.ENGINES]
+    assert np.array_equal(out[0][0], out[1][0]) and np.array_equal(out[0][1], out[1][1])
+
+
+def test_kernels_reject_bad_input():
+    comp = compile_graph(generators.dragonfly(3, 2, 1))
+    routes = paths.Routes(comp, "cpp")
+    s, t = np.array([0, 1]), np.array([1, 2])
+    ids = routes._ids(routes.store, s, t)
+    store = routes.store
+    ok = dict(ptr=store.ptr.view, edge=store.edge.view, frac=store.frac.view, ids=ids, amount=np.ones(2),
+              label=np.zeros(2, dtype=np.int64), nlabels=1, capacity=comp.ecap)
+    assert kernels.label_ratios(**ok).shape == (1,)
+    with pytest.raises(ValueError, match="pair id"):
+        kernels.label_ratios(**{**ok, "ids": ids + 100})
+    with pytest.raises(ValueError, match="label after label"):
+        kernels.label_ratios(**{**ok, "label": np.array([1, 0]), "nlabels": 2})
+    with pytest.raises(ValueError, match="label"):
+        kernels.label_ratios(**{**ok, "label": np.array([0, 5])})
+    with pytest.raises(ValueError, match="dtype int32"):
+        kernels._core().label_ratios(ok["ptr"], ok["edge"].astype(np.int64), ok["frac"], ids, np.ones(2),
+                                     ok["label"], 1, comp.ecap)
+    with pytest.raises(ValueError, match="unknown routing engine"):
+        paths.Routes(comp, "fortran")
+
+
+def _some_leaves():
+    """A dragonfly whose first devices also link to a second router: some devices hang
+    off one switch (leaves), the others route."""
+    g = generators.dragonfly(4, 3, 2).copy()
+    devices = sorted((n for n, a in g.nodes(data=True) if a.get("kind") == "device"),
+                     key=lambda n: g.nodes[n]["index"])
+    for d in devices[:5]:
+        g.add_edge(d, "r1.2" if g.has_edge(d, "r0.0") else "r0.0", bandwidth=25e9, latency=2e-6)
+    return g
+
+
+@pytest.mark.parametrize("make", [GRAPHS["dragonfly"], GRAPHS["torus"], GRAPHS["fat-tree"], GRAPHS["rail"],
+                                  GRAPHS["directed"], _some_leaves])
+@pytest.mark.parametrize("nlabels", [1, 4])
+def test_compiled_routes_are_numpys(make, nlabels):
+    """routing.route whole (access links, latencies, pairs on one router, flows to self)
+    with the compiled loops against the numpy engine."""
+    from nest.network import routing
+
+    out = []
+    for engine in kernels.ENGINES:
+        comp = compile_graph(make())
+        comp.routes = paths.make_routes(comp, engine)
+        n = len(comp.devices)
+        rng = np.random.default_rng(nlabels)
+        src, dst = rng.integers(0, n, 700), rng.integers(0, n, 700)
+        amount = rng.integers(1, 9, 700) / rng.choice([1.0, 3.0], 700)
+        label = rng.integers(0, nlabels, 700)
+        out.append(routing.route(comp, src, dst, amount, label, nlabels))
+        out.append(routing.route(comp, src[:1], src[:1], amount[:1], label[:1], nlabels))  # nothing moves
+    for a, b in zip(out[:2], out[2:]):
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
