@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the standalone stage-DP fuzz driver (cpp/tests/stage_dp_test.cpp, no pybind11,
-# linked directly against cpp/stage_dp.cpp) and the schedule driver
-# (cpp/tests/schedule_test.cpp against cpp/schedule.cpp) with AddressSanitizer and
+# linked directly against cpp/stage_dp.cpp), the schedule driver
+# (cpp/tests/schedule_test.cpp against cpp/schedule.cpp) and the routing driver
+# (cpp/tests/routing_test.cpp against cpp/routing.cpp) with AddressSanitizer and
 # UndefinedBehaviorSanitizer, with OpenMP on and off, and run them. Exits non-zero on any
 # sanitizer finding or failed check.
 #
@@ -54,6 +55,14 @@ for mode in $modes; do
     echo "== running $schedule_exe $random $seed"
     if ! "$schedule_exe" "$random" "$seed"; then
         echo "sanitize.sh: schedule FAILED (OpenMP $mode)" >&2
+        status=1
+    fi
+    routing_exe="$build/routing_test_omp_$mode"
+    "$cxx" "${flags[@]}" "${extra[@]}" -I"$root/cpp" \
+        "$root/cpp/routing.cpp" "$root/cpp/tests/routing_test.cpp" -o "$routing_exe"
+    echo "== running $routing_exe $random $seed"
+    if ! "$routing_exe" "$random" "$seed"; then
+        echo "sanitize.sh: routing FAILED (OpenMP $mode)" >&2
         status=1
     fi
 done

@@ -1,0 +1,316 @@
+// Standalone checks of cpp/routing.cpp (no pybind11), built and run under AddressSanitizer
+// and UndefinedBehaviorSanitizer by scripts/sanitize.sh.
+//
+//   routing_test [random_instances] [seed]
+//
+// Random router graphs (integer costs, twin multiplicities 1-3, some links missing):
+// shortest_path_dags must return, per pair, exactly the links on some shortest path, each
+// with the share of the s -> t paths (counted by brute-force enumeration, twins counted as
+// parallel links) that use it, and the longest latency of a shortest path. label_ratios
+// must equal a plain double loop in the same order, bit for bit, with and without the
+// torus translation of entries. Hostile input: every out-of-range index is rejected with
+// std::invalid_argument.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "routing.hpp"
+
+namespace {
+
+int64_t g_failures = 0, g_checks = 0;
+
+void check(bool ok, const std::string& what) {
+    ++g_checks;
+    if (!ok) {
+        ++g_failures;
+        std::fprintf(stderr, "FAILED: %s\n", what.c_str());
+    }
+}
+
+struct Graph {
+    int64_t nr = 0;
+    std::vector<int64_t> eu, ev, in_ptr;  // links sorted by head
+    std::vector<double> cost, lat, mul_tail, mul_head;
+    std::vector<float> dist;  // [nr, nr]: row s = distances from s (float32, as the caller's)
+
+    nest::DagGraph view() const {
+        nest::DagGraph g;
+        g.dist = dist.data();
+        g.rows = nr;
+        g.nr = nr;
+        g.in_ptr = in_ptr.data();
+        g.eu = eu.data();
+        g.ev = ev.data();
+        g.ecost = cost.data();
+        g.elat = lat.data();
+        g.mul_tail = mul_tail.data();
+        g.mul_head = mul_head.data();
+        g.links = static_cast<int64_t>(eu.size());
+        return g;
+    }
+};
+
+Graph random_graph(std::mt19937_64& rng) {
+    Graph g;
+    g.nr = std::uniform_int_distribution<int64_t>(2, 7)(rng);
+    std::uniform_int_distribution<int> cost(1, 3), mul(1, 3), coin(0, 2);
+    std::uniform_real_distribution<double> lat(1e-7, 5e-6);
+    struct Link { int64_t u, v; double c, l, mt, mh; };
+    std::vector<Link> links;
+    for (int64_t u = 0; u < g.nr; ++u)
+        for (int64_t v = 0; v < g.nr; ++v)
+            if (u != v && coin(rng) != 0) links.push_back({u, v, double(cost(rng)), lat(rng), double(mul(rng)),
+                                                          double(mul(rng))});
+    std::stable_sort(links.begin(), links.end(), [](const Link& a, const Link& b) { return a.v < b.v; });
+    g.in_ptr.assign(static_cast<size_t>(g.nr + 1), 0);
+    for (const Link& k : links) {
+        g.eu.push_back(k.u);
+        g.ev.push_back(k.v);
+        g.cost.push_back(k.c);
+        g.lat.push_back(k.l);
+        g.mul_tail.push_back(k.mt);
+        g.mul_head.push_back(k.mh);
+        ++g.in_ptr[static_cast<size_t>(k.v + 1)];
+    }
+    for (int64_t v = 0; v < g.nr; ++v) g.in_ptr[static_cast<size_t>(v + 1)] += g.in_ptr[static_cast<size_t>(v)];
+    // Bellman-Ford in float32 (small integer costs: exact)
+    const float inf = std::numeric_limits<float>::infinity();
+    g.dist.assign(static_cast<size_t>(g.nr * g.nr), inf);
+    for (int64_t s = 0; s < g.nr; ++s) {
+        float* d = g.dist.data() + s * g.nr;
+        d[s] = 0.0f;
+        for (int64_t round = 0; round < g.nr; ++round)
+            for (size_t e = 0; e < g.eu.size(); ++e)
+                d[g.ev[e]] = std::min(d[g.ev[e]], d[g.eu[e]] + static_cast<float>(g.cost[e]));
+    }
+    return g;
+}
+
+// Every shortest s -> t path as its link sequence (depth-first over links on a shortest path).
+void enumerate(const Graph& g, int64_t s, int64_t t, int64_t at, std::vector<int64_t>& path,
+               std::vector<std::vector<int64_t>>& out) {
+    const float* d = g.dist.data() + s * g.nr;
+    if (at == t) {
+        out.push_back(path);
+        return;
+    }
+    for (size_t e = 0; e < g.eu.size(); ++e) {
+        if (g.eu[e] != at) continue;
+        const int64_t v = g.ev[e];
+        const float dt = g.dist[static_cast<size_t>(v * g.nr + t)];
+        // on a shortest s -> t path: d(s, u) + c = d(s, v) and d(s, v) + d(v, t) = d(s, t)
+        if (d[at] + static_cast<float>(g.cost[e]) == d[v] && d[v] + dt == d[t]) {
+            path.push_back(static_cast<int64_t>(e));
+            enumerate(g, s, t, v, path, out);
+            path.pop_back();
+        }
+    }
+}
+
+void check_dags(const Graph& g, int64_t instance) {
+    std::vector<int64_t> row, src, dst;
+    for (int64_t s = 0; s < g.nr; ++s)
+        for (int64_t t = 0; t < g.nr; ++t)
+            if (s != t && std::isfinite(g.dist[static_cast<size_t>(s * g.nr + t)])) {
+                row.push_back(s);
+                src.push_back(s);
+                dst.push_back(t);
+            }
+    nest::Dags out;
+    nest::shortest_path_dags(g.view(), row.data(), src.data(), dst.data(), static_cast<int64_t>(src.size()), out);
+    check(out.counts.size() == src.size() && out.lats.size() == src.size(), "one count and latency per pair");
+    size_t at = 0;
+    for (size_t p = 0; p < src.size(); ++p) {
+        const std::string where = "instance " + std::to_string(instance) + " pair " + std::to_string(src[p]) +
+                                  "->" + std::to_string(dst[p]);
+        std::vector<std::vector<int64_t>> paths;
+        std::vector<int64_t> path;
+        enumerate(g, src[p], dst[p], src[p], path, paths);
+        double longest = -1.0;
+        for (const auto& k : paths) {
+            double latency = 0.0;
+            for (int64_t e : k) latency += g.lat[e];
+            longest = std::max(longest, latency);
+        }
+        std::vector<int64_t> expected;
+        for (size_t k = 0; k < paths.size(); ++k)
+            for (int64_t e : paths[k]) expected.push_back(e);
+        std::sort(expected.begin(), expected.end());
+        expected.erase(std::unique(expected.begin(), expected.end()), expected.end());
+        const size_t count = static_cast<size_t>(out.counts[p]);
+        std::vector<int64_t> got(out.links.begin() + static_cast<long>(at),
+                                 out.links.begin() + static_cast<long>(at + count));
+        check(got == expected, where + ": the DAG's links are the links of the shortest paths");
+        check(std::fabs(out.lats[p] - longest) <= 1e-12 * std::max(1.0, longest),
+              where + ": latency is the longest shortest path's");
+        for (size_t i = 0; i < count; ++i) {
+            const double frac = out.fracs[at + i];
+            check(std::isfinite(frac) && frac > 0.0, where + ": shares are positive");
+        }
+        at += count;
+    }
+    check(at == out.links.size() && at == out.fracs.size(), "entries are the counts' sum");
+}
+
+// Shares with every multiplicity 1: the fraction of the (equally likely) shortest paths
+// through each link, by enumeration.
+void check_shares(std::mt19937_64& rng, int64_t instance) {
+    Graph g = random_graph(rng);
+    std::fill(g.mul_tail.begin(), g.mul_tail.end(), 1.0);
+    std::fill(g.mul_head.begin(), g.mul_head.end(), 1.0);
+    for (int64_t s = 0; s < g.nr; ++s)
+        for (int64_t t = 0; t < g.nr; ++t) {
+            if (s == t || !std::isfinite(g.dist[static_cast<size_t>(s * g.nr + t)])) continue;
+            nest::Dags out;
+            nest::shortest_path_dags(g.view(), &s, &s, &t, 1, out);
+            std::vector<std::vector<int64_t>> paths;
+            std::vector<int64_t> path;
+            enumerate(g, s, t, s, path, paths);
+            for (size_t i = 0; i < out.links.size(); ++i) {
+                double through = 0.0;
+                for (const auto& k : paths)
+                    through += std::count(k.begin(), k.end(), out.links[i]) > 0 ? 1.0 : 0.0;
+                const double expected = through / static_cast<double>(paths.size());
+                check(std::fabs(out.fracs[i] - expected) <= 1e-12,
+                      "instance " + std::to_string(instance) + ": share of link " + std::to_string(out.links[i]) +
+                          " is the share of shortest paths through it");
+            }
+        }
+}
+
+void check_ratios(std::mt19937_64& rng, int64_t instance) {
+    std::uniform_int_distribution<int64_t> small(1, 12);
+    const int64_t links = small(rng) + 2, pairs = small(rng), flows = small(rng) * 2, nlabels = small(rng) / 3 + 1;
+    std::vector<int64_t> ptr(1, 0);
+    std::vector<int32_t> edge;
+    std::vector<double> frac;
+    std::uniform_real_distribution<double> unit(0.05, 1.0);
+    for (int64_t p = 0; p < pairs; ++p) {
+        const int64_t n = small(rng) % 5;
+        for (int64_t i = 0; i < n; ++i) {
+            edge.push_back(static_cast<int32_t>(small(rng) % links));
+            frac.push_back(unit(rng));
+        }
+        ptr.push_back(static_cast<int64_t>(edge.size()));
+    }
+    std::vector<int64_t> ids, label;
+    std::vector<double> amount;
+    for (int64_t f = 0; f < flows; ++f) {
+        ids.push_back(small(rng) % pairs);
+        label.push_back(f * nlabels / flows);
+        amount.push_back(f % 3 == 0 ? 1.0 : unit(rng) * 1e9);
+    }
+    std::vector<double> capacity(static_cast<size_t>(links));
+    for (double& c : capacity) c = unit(rng) * 1e11;
+    // the translation: cell[e] + shift[f] indexes cell_link
+    const int64_t cells = links * 2;
+    std::vector<int64_t> cell(edge.size()), shift(static_cast<size_t>(flows));
+    std::vector<int32_t> cell_link(static_cast<size_t>(cells));
+    for (size_t e = 0; e < cell.size(); ++e) cell[e] = small(rng) % links;
+    for (int64_t& s : shift) s = small(rng) % links;
+    for (int32_t& c : cell_link) c = static_cast<int32_t>(small(rng) % links);
+    for (int moved = 0; moved < 2; ++moved) {
+        nest::DagEntries d;
+        d.ptr = ptr.data();
+        d.pairs = pairs;
+        d.edge = edge.data();
+        d.frac = frac.data();
+        d.entries = static_cast<int64_t>(edge.size());
+        if (moved) {
+            d.cell = cell.data();
+            d.shift = shift.data();
+            d.cell_link = cell_link.data();
+            d.cells = cells;
+        }
+        std::vector<double> ratio(static_cast<size_t>(nlabels), -1.0), expected(static_cast<size_t>(nlabels), 0.0);
+        nest::label_ratios(d, ids.data(), amount.data(), label.data(), flows, nlabels, capacity.data(), links,
+                           ratio.data());
+        for (int64_t l = 0; l < nlabels; ++l) {
+            std::vector<double> load(static_cast<size_t>(links), 0.0);
+            for (int64_t f = 0; f < flows; ++f) {
+                if (label[f] != l) continue;
+                for (int64_t e = ptr[ids[f]]; e < ptr[ids[f] + 1]; ++e) {
+                    const int64_t link = moved ? cell_link[cell[e] + shift[f]] : edge[e];
+                    const double weight = frac[e] * amount[f];
+                    load[link] += weight;
+                }
+            }
+            for (int64_t i = 0; i < links; ++i) expected[l] = std::max(expected[l], load[i] / capacity[i]);
+        }
+        check(ratio == expected, "instance " + std::to_string(instance) + (moved ? " (translated)" : "") +
+                                     ": label ratios equal the plain loop bit for bit");
+    }
+}
+
+template <class F>
+void expect_invalid(F f, const std::string& what) {
+    bool thrown = false;
+    try {
+        f();
+    } catch (const std::invalid_argument&) {
+        thrown = true;
+    }
+    check(thrown, what + " is rejected");
+}
+
+void check_hostile() {
+    std::mt19937_64 rng(7);
+    Graph g;
+    do g = random_graph(rng);
+    while (!std::isfinite(g.dist[1]));  // 0 -> 1 reachable
+    nest::Dags out;
+    const int64_t zero = 0, one = 1, minus = -1, big = g.nr;
+    expect_invalid([&] { nest::shortest_path_dags(g.view(), &big, &zero, &one, 1, out); }, "row out of range");
+    expect_invalid([&] { nest::shortest_path_dags(g.view(), &zero, &minus, &one, 1, out); }, "negative source");
+    expect_invalid([&] { nest::shortest_path_dags(g.view(), &zero, &zero, &big, 1, out); }, "target out of range");
+    expect_invalid([&] { nest::shortest_path_dags(g.view(), &zero, &zero, &zero, 1, out); }, "a pair s -> s");
+    std::vector<int64_t> ptr = {0, 1};
+    std::vector<int32_t> edge = {0};
+    std::vector<double> frac = {1.0}, amount = {1.0, 1.0}, capacity = {1.0, 1.0}, ratio(2);
+    nest::DagEntries d;
+    d.ptr = ptr.data();
+    d.pairs = 1;
+    d.edge = edge.data();
+    d.frac = frac.data();
+    d.entries = 1;
+    std::vector<int64_t> ids = {0, 0}, labels = {0, 1}, bad_ids = {0, 1}, bad_labels = {1, 0}, far = {0, 2};
+    expect_invalid([&] { nest::label_ratios(d, bad_ids.data(), amount.data(), labels.data(), 2, 2, capacity.data(),
+                                            2, ratio.data()); }, "a pair id out of range");
+    expect_invalid([&] { nest::label_ratios(d, ids.data(), amount.data(), bad_labels.data(), 2, 2, capacity.data(),
+                                            2, ratio.data()); }, "labels out of order");
+    expect_invalid([&] { nest::label_ratios(d, ids.data(), amount.data(), far.data(), 2, 2, capacity.data(), 2,
+                                            ratio.data()); }, "a label out of range");
+    std::vector<int32_t> far_edge = {5};
+    d.edge = far_edge.data();
+    expect_invalid([&] { nest::label_ratios(d, ids.data(), amount.data(), labels.data(), 2, 2, capacity.data(), 2,
+                                            ratio.data()); }, "an entry's link out of range");
+    std::vector<int64_t> bad_ptr = {0, 3};
+    d.edge = edge.data();
+    d.ptr = bad_ptr.data();
+    expect_invalid([&] { nest::label_ratios(d, ids.data(), amount.data(), labels.data(), 2, 2, capacity.data(), 2,
+                                            ratio.data()); }, "entries beyond the store");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const int64_t instances = argc > 1 ? std::atoll(argv[1]) : 2000;
+    const uint64_t seed = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 20240601;
+    std::mt19937_64 rng(seed);
+    for (int64_t i = 0; i < instances; ++i) {
+        check_dags(random_graph(rng), i);
+        check_shares(rng, i);
+        check_ratios(rng, i);
+    }
+    check_hostile();
+    std::printf("routing_test: %lld checks, %lld failures\n", static_cast<long long>(g_checks),
+                static_cast<long long>(g_failures));
+    return g_failures == 0 ? 0 : 1;
+}
