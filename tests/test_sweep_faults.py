@@ -27,6 +27,9 @@ from nest.studies.sweep import SweepInterrupted, expand_grid, run_sweep
 DATA = Path(__file__).parent / "data" / "sweeps"
 GRID = DATA / "tiny.yaml"
 IDS = {s.id for s in expand_grid(GRID)}
+# the Ctrl-C tests need the sweep still running when their SIGINT lands: a longer grid
+INTERRUPT_GRID = DATA / "interrupt.yaml"
+INTERRUPT_IDS = {s.id for s in expand_grid(INTERRUPT_GRID)}
 NEST = [sys.executable, "-m", "nest"]
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89"
 # what cli.main does with a Ctrl-C (the one-line report, exit 130), for the sweep alone
@@ -41,8 +44,8 @@ except KeyboardInterrupt as error:
 """
 
 
-def _sweep(out, *extra, workers=1):
-    return NEST + ["sweep", str(GRID), "--out", str(out), "--quiet", "--workers", str(workers), *extra]
+def _sweep(out, *extra, workers=1, grid=GRID):
+    return NEST + ["sweep", str(grid), "--out", str(out), "--quiet", "--workers", str(workers), *extra]
 
 
 def _start(command):
@@ -91,15 +94,15 @@ def _wait_rows(journal: Path, process, at_least: int) -> None:
         time.sleep(0.01)
 
 
-def _assert_exactly_once(out: Path) -> None:
+def _assert_exactly_once(out: Path, expected: set = IDS) -> None:
     journal = journal_path(out)
     ids = _journal_ids(journal)
-    assert len(ids) == len(set(ids)) and set(ids) == IDS
+    assert len(ids) == len(set(ids)) and set(ids) == expected
     if out.suffix == ".csv":
         with open(out, newline="") as f:
             header, *table = csv.reader(f)
         assert header[:4] == ["id", "model", "cluster", "devices"]
-        assert sorted(row[0] for row in table) == sorted(IDS)
+        assert sorted(row[0] for row in table) == sorted(expected)
     leftovers = [p.name for p in out.parent.iterdir() if ".tmp" in p.name or p.name.endswith(".lock")]
     assert not leftovers
 
@@ -176,7 +179,7 @@ def test_two_sweeps_started_together_run_each_scenario_once(tmp_path):
 def _interrupt(out: Path, after_rows: int, workers: int = 1):
     """Start the sweep, SIGINT its process group (a terminal's Ctrl-C) once it saved
     ``after_rows`` rows; return (exit code, stderr)."""
-    process = _start([sys.executable, "-c", INTERRUPTIBLE, str(GRID), str(out), str(workers)])
+    process = _start([sys.executable, "-c", INTERRUPTIBLE, str(INTERRUPT_GRID), str(out), str(workers)])
     _wait_rows(journal_path(out), process, after_rows)
     os.killpg(process.pid, signal.SIGINT)
     _, err = process.communicate(timeout=30)
@@ -188,7 +191,7 @@ def _interrupt(out: Path, after_rows: int, workers: int = 1):
                     reason="cli.main does not catch KeyboardInterrupt yet (one line, exit 130)")
 def test_ctrl_c_through_the_cli_is_one_line_and_exit_130(tmp_path):
     out = tmp_path / "r.jsonl"
-    process = _start(_sweep(out))
+    process = _start(_sweep(out, grid=INTERRUPT_GRID))
     _wait_rows(out, process, 1)
     os.killpg(process.pid, signal.SIGINT)
     _, err = process.communicate(timeout=30)
@@ -204,7 +207,7 @@ def test_ctrl_c_then_ctrl_c_of_the_resume_then_the_printed_command_finishes(tmp_
     prints finishes the sweep, every scenario exactly once."""
     out = tmp_path / "r.jsonl"
     out.write_bytes(b"".join(json.dumps(row).encode() + b"\n" for row in [{"nest_sweep_journal": 1}] + [
-        {"id": s.id, "status": "ok", "slot": s.slot, "inputs": s.inputs} for s in expand_grid(GRID)[:2]]))
+        {"id": s.id, "status": "ok", "slot": s.slot, "inputs": s.inputs} for s in expand_grid(INTERRUPT_GRID)[:2]]))
 
     def interrupted(*args):
         raise KeyboardInterrupt
@@ -212,23 +215,23 @@ def test_ctrl_c_then_ctrl_c_of_the_resume_then_the_printed_command_finishes(tmp_
 
     monkeypatch.setattr(sweep, "iter_local", interrupted)
     with pytest.raises(SweepInterrupted) as info:
-        run_sweep(GRID, out, quiet=True, workers=1)
+        run_sweep(INTERRUPT_GRID, out, quiet=True, workers=1)
     assert isinstance(info.value, KeyboardInterrupt) and info.value.saved == 2
-    assert str(info.value) == (f"sweep interrupted: 2 of {len(IDS)} scenarios saved in {out}; "
-                               f"resume with: nest sweep {GRID} --out {out} --workers 1 --quiet")
+    assert str(info.value) == (f"sweep interrupted: 2 of {len(INTERRUPT_IDS)} scenarios saved in {out}; "
+                               f"resume with: nest sweep {INTERRUPT_GRID} --out {out} --workers 1 --quiet")
     assert len(_journal_ids(out)) == 2 and not (tmp_path / "r.jsonl.lock").exists()
 
     code, err = _interrupt(out, 3)
     saved = len(_journal_ids(out))
     assert code == 130, err
-    assert err == (f"nest: sweep interrupted: {saved} of {len(IDS)} scenarios saved in {out}; resume with: "
-                   f"nest sweep {GRID} --out {out} --workers 1 --quiet\n")
-    assert 3 <= saved < len(IDS)
+    assert err == (f"nest: sweep interrupted: {saved} of {len(INTERRUPT_IDS)} scenarios saved in {out}; resume with: "
+                   f"nest sweep {INTERRUPT_GRID} --out {out} --workers 1 --quiet\n")
+    assert 3 <= saved < len(INTERRUPT_IDS)
     resume = shlex.split(err.split("resume with: ")[1])
     assert resume[0] == "nest"
     done = subprocess.run(NEST + resume[1:], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and json.loads(done.stdout)["resumed"] == saved
-    _assert_exactly_once(out)
+    _assert_exactly_once(out, INTERRUPT_IDS)
 
 
 # -- a full disk ------------------------------------------------------------------------------
