@@ -124,3 +124,35 @@ def test_measured_tables_of_every_kind_at_once_equal_kind_by_kind():
         assert at_once.cols[field].shape == by_kind.cols[field].shape, field
     np.testing.assert_array_equal(at_once.send_ps, by_kind.send_ps)
     np.testing.assert_array_equal(at_once.transient, by_kind.transient)
+
+
+@pytest.mark.parametrize("name,cluster,devices", [("tiny-profile", "dgx-a100", 16), ("llama2-7b", "dgx-h100", 64),
+                                                   ("mixtral-8x7b", "dgx-h100", 64)])
+def test_pricing_without_operations_of_a_kind_is_the_full_formula(monkeypatch, name, cluster, devices):
+    """Pricing skips the TP, EP and expert-TP sums of a table that has none of those
+    operations (measured layers hold their TP; dense models have no all-to-alls); the
+    plan must be the one the full sums give, to the last bit."""
+    from nest.cost.scenario import ConfigTable
+    from nest.planner import clear_shared_scenarios
+
+    if name == "tiny-profile":
+        source = MeasuredSource(load_profile("tests/data/profiles/tiny.json"))
+        model, limits = source.model("tiny"), source.limits()
+    else:
+        source, model, limits = None, nest.load_model(name), SpaceLimits(cp=(1,))
+    args = (model, nest.load_cluster(cluster, devices=devices))
+
+    def planned():
+        clear_shared_scenarios()
+        job = JobSpec(global_batch=64, seq_len=model.seq_len)
+        return nest.plan(*args, job, source=source, limits=limits).to_dict()
+
+    skipped = planned()
+    cached = ConfigTable.cached
+    monkeypatch.setattr(ConfigTable, "cached",
+                        lambda self, key, compute: True if str(key).startswith("has ") else cached(self, key, compute))
+    full = planned()
+    for document in (skipped, full):
+        document.pop("solve_time_s")
+        document.pop("runtime", None)
+    assert skipped == full

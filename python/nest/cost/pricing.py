@@ -214,8 +214,16 @@ def kind_times(scn: Scenario, table: ConfigTable, cands: CandidateArrays, terms:
     one = lambda x: np.asarray(x)[:, None]  # noqa: E731
     slot = lambda x: np.asarray(x)[:, None, None]  # noqa: E731
     job, opt, wb = scn.job, scn.job.optimizer, scn.weight_bytes
+    # a table without operations of a kind (measured layers: their times hold their TP;
+    # dense models: no all-to-alls) prices them as the zeros the sums below would give
+    def has(name: str) -> bool:
+        return table.cached(f"has {name}", lambda: bool(table.cols[name].any()))
+
+    zeros = lambda: np.zeros((len(cands), table.cols["compute_s"].shape[1]))  # noqa: E731
     # sum(count * all_reduce(bytes)) over the operations, in order (count 0: none)
-    tp = _slots_sum(col("tp_count") * (2 * reduce_scatter_s(slot(terms.tp[0]), slot(terms.tp[1]), col("tp_bytes"))))
+    tp = (_slots_sum(col("tp_count") * (2 * reduce_scatter_s(slot(terms.tp[0]), slot(terms.tp[1]),
+                                                             col("tp_bytes"))))
+          if has("tp_count") else zeros())
     if job.tp_comm_overlap:
         # Transformer Engine's userbuffers overlap only a TP group inside one NVLink
         # domain (CUDA IPC / multicast handles; TransformerEngine issue #1071): the
@@ -223,17 +231,20 @@ def kind_times(scn: Scenario, table: ConfigTable, cands: CandidateArrays, terms:
         degree = one(table.arrays.tp[cands.config])
         hidden = (degree > 1) & (one(terms.tp_inner) > 0)
         tp = np.where(hidden, tp_exposed(tp, degree, col("compute_s"), sm_share(scn, TE_OVERLAP_SMS)), tp)
-    lat, per_byte = one(terms.cp_ring[0]), one(terms.cp_ring[1])
     cp_degree = one(table.arrays.cp[cands.config])
-    steps_fwd, steps_bwd = col("cp_steps_fwd"), col("cp_steps_bwd")
-    passes = steps_fwd / np.maximum(cp_degree - 1, 1)
-    cp_forward = np.maximum(0.0, steps_fwd * (lat + per_byte * col("cp_fwd_bytes")) - passes * col("core_fwd_s"))
-    cp = cp_forward + np.maximum(0.0, steps_bwd * (lat + per_byte * col("cp_bwd_bytes")) - col("core_bwd_s"))
     ring = cp_degree > 1
-    cp, cp_forward = np.where(ring, cp, 0.0), np.where(ring, cp_forward, 0.0)
-    ep = _slots_sum(col("ep_count") * (slot(terms.ep[0]) + slot(terms.ep[1]) * col("ep_bytes")))
+    cp, cp_forward = zeros(), zeros()  # no candidate with a ring: what the masks below leave
+    if ring.any():
+        lat, per_byte = one(terms.cp_ring[0]), one(terms.cp_ring[1])
+        steps_fwd, steps_bwd = col("cp_steps_fwd"), col("cp_steps_bwd")
+        passes = steps_fwd / np.maximum(cp_degree - 1, 1)
+        cp_forward = np.maximum(0.0, steps_fwd * (lat + per_byte * col("cp_fwd_bytes")) - passes * col("core_fwd_s"))
+        cp = cp_forward + np.maximum(0.0, steps_bwd * (lat + per_byte * col("cp_bwd_bytes")) - col("core_bwd_s"))
+        cp, cp_forward = np.where(ring, cp, 0.0), np.where(ring, cp_forward, 0.0)
+    ep = (_slots_sum(col("ep_count") * (slot(terms.ep[0]) + slot(terms.ep[1]) * col("ep_bytes")))
+          if has("ep_count") else zeros())
     etp = 0.0  # a table without expert TP (dense models, etp 1) has no gathers to price
-    if table.cached("has_expert_tp", lambda: bool(table.cols["etp_count"].any())):
+    if has("etp_count"):
         etp = _slots_sum(col("etp_count") * reduce_scatter_s(slot(terms.expert_tp[0]), slot(terms.expert_tp[1]),
                                                              col("etp_bytes")))
     compute = col("compute_s")
