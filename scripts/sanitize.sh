@@ -34,37 +34,28 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_err
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 
 status=0
+# drive NAME SOURCE ARGS...: build cpp/tests/NAME.cpp against cpp/SOURCE for this mode, run
+# it with ARGS, and record a failure
+drive() {
+    local name="$1" source="$2" exe="$build/$1_omp_$mode"
+    shift 2
+    echo "== building $exe ($cxx, OpenMP $mode)"
+    "$cxx" "${flags[@]}" "${extra[@]}" -I"$root/cpp" "$root/cpp/$source" "$root/cpp/tests/$name.cpp" -o "$exe"
+    echo "== running $exe $*"
+    if ! "$exe" "$@"; then
+        echo "sanitize.sh: $name FAILED (OpenMP $mode)" >&2
+        status=1
+    fi
+}
 for mode in $modes; do
-    exe="$build/stage_dp_test_omp_$mode"
     case "$mode" in
         on) extra=(-fopenmp -DNEST_HAVE_OPENMP) ;;
         off) extra=() ;;
         *) echo "sanitize.sh: SANITIZE_OPENMP must list 'on' and/or 'off', got '$mode'" >&2; exit 2 ;;
     esac
-    echo "== building $exe ($cxx, OpenMP $mode)"
-    "$cxx" "${flags[@]}" "${extra[@]}" -I"$root/cpp" \
-        "$root/cpp/stage_dp.cpp" "$root/cpp/tests/stage_dp_test.cpp" -o "$exe"
-    echo "== running $exe $random $hostile $seed"
-    if ! "$exe" "$random" "$hostile" "$seed"; then
-        echo "sanitize.sh: FAILED (OpenMP $mode)" >&2
-        status=1
-    fi
-    schedule_exe="$build/schedule_test_omp_$mode"
-    "$cxx" "${flags[@]}" "${extra[@]}" -I"$root/cpp" \
-        "$root/cpp/schedule.cpp" "$root/cpp/tests/schedule_test.cpp" -o "$schedule_exe"
-    echo "== running $schedule_exe $random $seed"
-    if ! "$schedule_exe" "$random" "$seed"; then
-        echo "sanitize.sh: schedule FAILED (OpenMP $mode)" >&2
-        status=1
-    fi
-    routing_exe="$build/routing_test_omp_$mode"
-    "$cxx" "${flags[@]}" "${extra[@]}" -I"$root/cpp" \
-        "$root/cpp/routing.cpp" "$root/cpp/tests/routing_test.cpp" -o "$routing_exe"
-    echo "== running $routing_exe $random $seed"
-    if ! "$routing_exe" "$random" "$seed"; then
-        echo "sanitize.sh: routing FAILED (OpenMP $mode)" >&2
-        status=1
-    fi
+    drive stage_dp_test stage_dp.cpp "$random" "$hostile" "$seed"
+    drive schedule_test schedule.cpp "$random" "$seed"
+    drive routing_test routing.cpp "$random" "$seed"
 done
 if [ "$status" -eq 0 ]; then
     echo "sanitize.sh: no sanitizer findings, every check passed"

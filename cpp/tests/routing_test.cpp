@@ -20,19 +20,14 @@
 #include <string>
 #include <vector>
 
+#include "checks.hpp"
 #include "routing.hpp"
 
 namespace {
 
-int64_t g_failures = 0, g_checks = 0;
-
-void check(bool ok, const std::string& what) {
-    ++g_checks;
-    if (!ok) {
-        ++g_failures;
-        std::fprintf(stderr, "FAILED: %s\n", what.c_str());
-    }
-}
+using nest_tests::check;
+using nest_tests::g_checks;
+using nest_tests::g_failures;
 
 struct Graph {
     int64_t nr = 0;
