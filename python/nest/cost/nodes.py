@@ -102,10 +102,15 @@ INT_FIELDS = ("cp_steps_fwd", "cp_steps_bwd", "params_dense", "params_expert", "
 _INT64_SAFE = 2**62
 
 
+def field_dtype(name: str) -> type:
+    """The dtype of cost column ``name``: int64 for :data:`INT_FIELDS`, else float64."""
+    return np.int64 if name in INT_FIELDS else np.float64
+
+
 def _column(value, size: int, dtype) -> np.ndarray:
-    """``value`` (a scalar or a column) as a contiguous column of ``size`` rows: a scalar is
-    filled (``np.full``, much cheaper than broadcasting, and these run per node kind of
-    every table), a column converted as ``np.asarray(.., dtype)`` converts it."""
+    """``value`` (a scalar or a column) as a contiguous column of ``size`` rows of ``dtype``:
+    a scalar is filled (``np.full``: much cheaper than broadcasting it, and this runs for
+    every node kind of every table), a column is converted."""
     if np.ndim(value) == 0:
         return np.full(size, value, dtype=dtype)
     return np.ascontiguousarray(np.broadcast_to(np.asarray(value), (size,)), dtype=dtype)
@@ -116,7 +121,7 @@ def cost_columns(size: int, values: dict) -> dict[str, np.ndarray]:
     entry, the latter ``[configuration, slot]``) as contiguous columns of ``size`` rows
     with the dtypes the planner expects."""
     values = {**dict.fromkeys(SHARE_FIELDS, 0.0), **{name: np.zeros(1) for name in OPTIONAL_OP_FIELDS}, **values}
-    out = {name: _column(values[name], size, np.int64 if name in INT_FIELDS else np.float64) for name in COST_FIELDS}
+    out = {name: _column(values[name], size, field_dtype(name)) for name in COST_FIELDS}
     for name in OP_FIELDS:
         slots = np.asarray(values[name], dtype=np.float64)
         out[name] = np.ascontiguousarray(np.broadcast_to(slots.reshape(-1, slots.shape[-1]) if slots.ndim > 1

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..cost.nodes import COST_FIELDS, INT_FIELDS, OP_FIELDS
+from ..cost.nodes import COST_FIELDS, OP_FIELDS, field_dtype
 from ..errors import SpecError
 from ..parallel import CLASSIC_RECOMPUTE, RECOMPUTE_MODES, ConfigArrays, SpaceLimits
 from ..specs import ModelSpec
@@ -74,8 +74,7 @@ class MeasuredSource:
         key = self._key(configs, i)
         if key not in self._columns:
             rows = self._measured(configs, i)
-            self._columns[key] = {name: np.array([getattr(r, field) for r in rows],
-                                                 dtype=np.int64 if name in INT_FIELDS else np.float64)
+            self._columns[key] = {name: np.array([getattr(r, field) for r in rows], dtype=field_dtype(name))
                                   for name, field in _MEASURED_COLUMNS.items()}
         return self._columns[key]
 
@@ -87,8 +86,7 @@ class MeasuredSource:
         volumes."""
         n, nodes = len(configs), np.array([self._node[kind] for kind in kinds], dtype=np.int64)
         per_config = [self._key_columns(configs, i) for i in range(n)]
-        out = {name: np.zeros((n, len(kinds)), dtype=np.int64 if name in INT_FIELDS else np.float64)
-               for name in COST_FIELDS}
+        out = {name: np.zeros((n, len(kinds)), dtype=field_dtype(name)) for name in COST_FIELDS}
         for name in _MEASURED_COLUMNS:
             for i, columns in enumerate(per_config):
                 out[name][i] = columns[name][nodes]
