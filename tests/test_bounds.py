@@ -71,3 +71,105 @@ def test_shape_floors_are_their_definition_with_and_without_a_shared_memo():
                     got = (shared.rs_alpha, shared.rs_beta, shared.a2a_alpha, shared.a2a_beta)
                     assert got == expected, (cluster.name, size, spacing, d)
                     assert alone == shared
+
+
+def test_distinct_rows_are_numpys_unique_rows():
+    """``distinct_rows`` (nest.arrays, no ``np.unique``) finds the same distinct rows as
+    ``np.unique(axis=0)``, each at its first occurrence, and maps every row back."""
+    import numpy as np
+
+    from nest.arrays import distinct_rows
+
+    rng = np.random.default_rng(3)
+    for n, width, high in ((0, 2, 3), (1, 1, 5), (50, 3, 3), (400, 5, 4), (300, 2, 2**62)):
+        columns = rng.integers(-high, high, size=(width, n), dtype=np.int64)
+        first, inverse = distinct_rows(*columns)
+        rows = columns.T
+        expected = np.unique(rows, axis=0) if n else rows
+        assert len(first) == len(expected)
+        assert (rows[first][inverse] == rows).all()
+        assert sorted(map(tuple, rows[first].tolist())) == sorted(map(tuple, expected.tolist()))
+        for k, i in enumerate(first.tolist()):  # each the first occurrence of its row
+            assert not (rows[:i] == rows[i]).all(axis=1).any()
+            assert (inverse == k).sum() == (rows == rows[i]).all(axis=1).sum()
+
+
+def _candidate_bound_row_by_row(scn, table, cands, ranking=None):
+    """lb2 as its definition prices it: every candidate's floors and kind times on its
+    own, nothing shared between candidates (the reference for :func:`candidate_bound`)."""
+    from nest.cost.pricing import kind_times, sync_columns, sync_weights
+    from nest.schedule import pipeline
+    from nest.search.floors import config_sums, send_floors, stage_floors, sync_floor
+    from nest.units import PS, to_ps
+
+    degrees = cands.degrees(table.arrays)
+    terms = scn.placer.floor_terms(degrees)
+    kinds = to_ps(kind_times(scn, table, cands, terms).total)
+    positions = cands.pp * cands.vp
+    send = send_floors(scn, table)[cands.config, scn.placer.boundary_floor(degrees)]
+    micro = scn.job.micro_batches(cands.dp, table.arrays.micro_batch[cands.config])
+    sync = sync_columns(scn, cands, terms)
+    weights = to_ps(sync_weights(scn, table, cands, sync))
+    vp = cands.vp.astype(float)
+    g = sync_floor(sync["fixed_s"] * PS, vp, config_sums(scn, weights), weights.max(axis=1), positions)
+    t_sum = config_sums(scn, kinds)
+    floors = stage_floors(t_sum, kinds.max(axis=1), positions, send)
+    closed_form = pipeline.time_bound(micro, cands.vp, cands.pp, t_sum, *floors, send) + g
+    if ranking is None:
+        return closed_form
+    mean = sync_floor(sync["fixed_s"] * PS, vp, config_sums(scn, weights), 0, positions)
+    rounding = pipeline.rounding_ps(micro, cands.vp, scn.num_nodes, positions)
+    return ranking.bound(cands.vp, closed_form, pipeline.schedule_floor(micro, cands.pp, *floors, mean, rounding))
+
+
+@pytest.mark.parametrize("case", ["moe-ep-overlap", "measured-instance", "offload"])
+def test_candidate_bound_shares_prices_exactly(case):
+    """``candidate_bound`` prices each distinct (placement floors, configuration, ZeRO
+    stage, offload) row once and spreads it back; every bound must equal the
+    row-by-row definition's to the last bit, with either ranking. The EP-overlap case
+    depends on the schedule's shape too (its unpaired passes), the measured instance has
+    an uneven batch (one data-parallel degree per device count), the offload case
+    fractional optimizer offload."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from nest.cost.scenario import Scenario
+    from nest.inputs.measured import instance_setup
+    from nest.parallel import RANK_ORDERS, CandidateArrays
+    from nest.search.floors import Ranking, candidate_bound
+    from nest.search.space import enumerate_partials
+
+    limits = nest.SpaceLimits()
+    if case == "moe-ep-overlap":
+        model, cluster = MODELS["qwen3-30b-a3b"], nest.load_cluster("dgx-h100", devices=128)
+        job = JobSpec(global_batch=256, seq_len=4096, moe_dispatcher="flex", overlap_moe_expert_parallel_comm=True)
+        scn = Scenario(model, cluster, job)
+    elif case == "measured-instance":
+        data = Path(__file__).resolve().parents[2] / "shared" / "data" / "nest-artifact"
+        path = data / "h100_spineLeaf_llama2_mbs1_n128.json"
+        if not path.exists():
+            pytest.skip("the NEST artifact's instances are not here")
+        setup = instance_setup(path)
+        model, cluster, job, limits = setup.model, setup.cluster, setup.job, setup.limits
+        scn = Scenario(model, cluster, job, source=setup.source)
+    else:
+        model, cluster = MODELS["llama2-13b"], _fast_outer_cluster()
+        job = JobSpec(global_batch=96, seq_len=4096)
+        scn = Scenario(model, cluster, job)
+    partials = enumerate_partials(model, cluster, job, scn.num_nodes, limits)
+    table = scn.config_table(partials.configs, partials.config_arrays)
+    rng = np.random.default_rng(11)
+    pick = rng.choice(len(partials), size=min(200, len(partials)), replace=False)
+    # siblings that differ only in the interleaving too: the prices they share, and under
+    # EP overlap the unpaired passes they do not
+    rows = [(partials.config[n], partials.pp[n], partials.dp[n], vp, zero, order)
+            for n in pick for vp in sorted({int(partials.vp[n]), 1, 2, 4})
+            for zero in range(4) for order in range(len(RANK_ORDERS))]
+    cols = np.array(rows, dtype=np.int64).T
+    offload = rng.choice([0.0, 0.25, 1.0], size=cols.shape[1]) if case == "offload" else None
+    cands = CandidateArrays(*cols, RANK_ORDERS, offload)
+    for ranking in (None, Ranking(), Ranking(margin=None)):
+        got = candidate_bound(scn, table, cands, ranking)
+        assert got.dtype == np.int64
+        assert (got == _candidate_bound_row_by_row(scn, table, cands, ranking)).all(), ranking

@@ -33,3 +33,22 @@ def setdiff(values, others) -> np.ndarray:
     (``np.setdiff1d``)."""
     values = unique(values)
     return values[~isin(values, others)]
+
+
+
+def distinct_rows(*columns) -> tuple[np.ndarray, np.ndarray]:
+    """``(first, inverse)`` of the rows formed by equal-length 1-D integer columns:
+    ``first`` the index of each distinct row's first occurrence, ``inverse`` each row's
+    position in ``first`` (so ``column[first][inverse]`` is ``column``)."""
+    columns = [np.asarray(c) for c in columns]
+    n = len(columns[0])
+    order = np.lexsort(columns[::-1])  # stable: equal rows keep their order
+    starts = np.zeros(n, dtype=bool)
+    if n:
+        starts[0] = True
+        for column in columns:
+            ordered = column[order]
+            starts[1:] |= ordered[1:] != ordered[:-1]
+    inverse = np.empty(n, dtype=np.int64)
+    inverse[order] = np.cumsum(starts) - 1
+    return order[starts], inverse

@@ -129,6 +129,13 @@ class GroupTerms:
     tp_inner: np.ndarray
     expert_tp: tuple[np.ndarray, np.ndarray]  # reduce-scatter (alpha, beta) of the expert-TP groups
 
+    def values(self) -> np.ndarray:
+        """The ``[15, candidates]`` array of :meth:`of_values`."""
+        return np.stack([self.tp[0], self.tp[1], self.cp_ring[0], self.cp_ring[1], self.ep[0], self.ep[1],
+                         self.dense_dp[0], self.dense_dp[1], self.expert_dp[0], self.expert_dp[1],
+                         self.dense_shards, self.expert_shards, self.tp_inner, self.expert_tp[0],
+                         self.expert_tp[1]]).astype(np.float64)
+
     @staticmethod
     def of_values(values: np.ndarray) -> "GroupTerms":
         """Terms from a ``[15, candidates]`` array in field order (:meth:`Placement.terms`)."""

@@ -303,10 +303,25 @@ def shape_floor(cluster: ClusterSpec, size: int, spacing: int, dispatch: TokenDi
     fanouts = tuple(t.fanout for t in cluster.tiers)
     if ("uniform", size) not in memo:
         memo[("uniform", size)] = _uniform_shapes(fanouts, size)
-    rooms = [-(-tier // spacing) for tier in sizes]
+    # the spacing matters only through the room each tier leaves, ceil(S / spacing) for
+    # tier groups of S devices: spacings with the same rooms have the same shapes, hence
+    # the same floor (a flat ring's span fits, (size - 1) spacing + 1 <= S, exactly when
+    # S / spacing > size - 1, that is when the room holds the whole group)
+    rooms = tuple(-(-tier // spacing) for tier in sizes)
+    key = ("floor", size, rooms, dispatch)
+    if key not in memo:
+        memo[key] = _floor_of_shapes(cluster, size, rooms, dispatch, memo)
+    return memo[key]
+
+
+def _floor_of_shapes(cluster: ClusterSpec, size: int, rooms: tuple[int, ...], dispatch: TokenDispatch | None,
+                     memo: dict) -> ShapeFloor:
+    """The minimum terms over the uniform shapes that fit ``rooms`` and the flat rings of
+    the tiers whose room holds ``size`` (:func:`shape_floor`)."""
+    fanouts = tuple(t.fanout for t in cluster.tiers)
     shapes = [f for f, prefix in memo[("uniform", size)] if all(p <= r for p, r in zip(prefix, rooms))]
-    for t in range(len(fanouts)):
-        if (size - 1) * spacing + 1 <= sizes[t]:
+    for t, room in enumerate(rooms):
+        if room >= size:
             shapes.append(tuple(size if u == t else 1 for u in range(len(fanouts))))
     if not shapes:  # a group cannot exist in this cluster: no bound beyond zero
         return ShapeFloor(0.0, 0.0, 0.0, 0.0)

@@ -37,10 +37,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..arrays import isin, setdiff, unique
+from ..arrays import distinct_rows, isin, setdiff, unique
 from ..cost.model import BLOCK, MOE
 from ..cost.pricing import kind_times, sync_columns, sync_weights
 from ..cost.scenario import ConfigTable, Scenario
+from ..network.placement import GroupTerms
 from ..parallel import DEFAULT_ORDER, CandidateArrays
 from ..schedule import pipeline
 from ..units import PS, to_ps
@@ -261,22 +262,37 @@ def partial_bound_of(scn: Scenario, table: ConfigTable, c, p, dp, v, orders: tup
 def candidate_bound(scn: Scenario, table: ConfigTable, cands: CandidateArrays,
                      ranking: "Ranking | None" = None) -> np.ndarray:
     """``lb2`` of every candidate (see the module docstring)."""
-    degrees = cands.degrees(table.arrays)
-    terms = scn.placer.floor_terms(degrees)
-    kinds = to_ps(kind_times(scn, table, cands, terms).total)
+    # Candidates share most of their prices: the floors depend on the degrees and the
+    # order only, and the per-kind prices on the floors' values, the configuration, the
+    # ZeRO stage and the offload (and under EP overlap the schedule's shape). Each
+    # distinct placement is floored once and each distinct row of those inputs priced
+    # once; the same inputs give the same floats.
+    placed, placed_of = distinct_rows(cands.config, cands.dp, cands.pp, cands.order)
+    degrees = cands.take(placed).degrees(table.arrays)
+    values = scn.placer.floor_terms(degrees).values()
+    keys = [cands.config, cands.zero, np.searchsorted(unique(cands.offload), cands.offload),
+            *values.view(np.int64)[:, placed_of]]
+    if scn.job.overlap_moe_expert_parallel_comm and scn.model.is_moe:
+        keys += [cands.pp, cands.vp, cands.dp]  # the combined 1F1B's unpaired passes (pricing.unpaired_share)
+    first, inverse = distinct_rows(*keys)
+    distinct = cands.take(first)
+    terms = GroupTerms.of_values(values[:, placed_of[first]])
+    kinds = to_ps(kind_times(scn, table, distinct, terms).total)
+    sync = sync_columns(scn, distinct, terms)
+    weights = to_ps(sync_weights(scn, table, distinct, sync))
+    fixed = (sync["fixed_s"] * PS)[inverse]
+    w_sum = config_sums(scn, weights)[inverse]
+    t_sum, t_max = config_sums(scn, kinds)[inverse], kinds.max(axis=1)[inverse]
     positions = cands.pp * cands.vp
-    send = table.cached("sends", lambda: send_floors(scn, table))[cands.config, scn.placer.boundary_floor(degrees)]
+    boundary = scn.placer.boundary_floor(degrees)[placed_of]
+    send = table.cached("sends", lambda: send_floors(scn, table))[cands.config, boundary]
     micro = scn.job.micro_batches(cands.dp, table.arrays.micro_batch[cands.config])
-    sync = sync_columns(scn, cands, terms)
-    weights = to_ps(sync_weights(scn, table, cands, sync))
-    g = sync_floor(sync["fixed_s"] * PS, cands.vp.astype(np.float64), config_sums(scn, weights),
-                    weights.max(axis=1), positions)
-    t_sum = config_sums(scn, kinds)
-    floors = stage_floors(t_sum, kinds.max(axis=1), positions, send)
+    g = sync_floor(fixed, cands.vp.astype(np.float64), w_sum, weights.max(axis=1)[inverse], positions)
+    floors = stage_floors(t_sum, t_max, positions, send)
     closed_form = pipeline.time_bound(micro, cands.vp, cands.pp, t_sum, *floors, send) + g
     if ranking is None:
         return closed_form
-    mean = sync_floor(sync["fixed_s"] * PS, cands.vp.astype(np.float64), config_sums(scn, weights), 0, positions)
+    mean = sync_floor(fixed, cands.vp.astype(np.float64), w_sum, 0, positions)
     rounding = pipeline.rounding_ps(micro, cands.vp, scn.num_nodes, positions)
     return ranking.bound(cands.vp, closed_form, pipeline.schedule_floor(micro, cands.pp, *floors, mean, rounding))
 
