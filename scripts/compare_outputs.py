@@ -198,6 +198,8 @@ CORPUS: list[tuple[str, list[str], dict]] = [
     # job options
     ("j-fp8", ["plan", "--model", "llama3-70b", "--cluster", "dgx-h100", "--devices", "512", "--dtype", "fp8",
                "--json"], {}),
+    ("j-mxfp8-weights", ["plan", "--model", "llama3-70b", "--cluster", "gb200-nvl72", "--devices", "144", "--dtype",
+                         "fp8", "--fp8-recipe", "mxfp8", "--fp8-param-gather", "--framework", "megatron", "--json"], {}),
     ("j-fp16", ["plan", "--model", "gpt-7.5b", "--cluster", "dgx-a100", "--devices", "64", "--dtype", "fp16",
                 "--json"], {}),
     ("j-fp32-sgd", ["plan", "--model", "gpt-1.7b", "--cluster", "dgx-a100", "--devices", "64", "--dtype", "fp32",

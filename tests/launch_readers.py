@@ -90,7 +90,11 @@ def megatron_read(text: str, world: int) -> dict:
     assert not aware or args["--exp-avg-sq-dtype"] == args["--exp-avg-dtype"]
     state = {"grad": 2 if "--grad-reduce-in-bf16" in args else 4, "master": 2 if aware else 4,
              "state": 2 * moment if args["--optimizer"] == "adam" else 4}
+    # MXFP8 weights are gathered through the gradient buffer (nest's price of them)
+    assert ("--reuse-grad-buf-for-mxfp8-param-ag" in args) == (
+        "--fp8-param-gather" in args and args.get("--fp8-recipe") == "mxfp8")
     return {"optimizer_state": state, "fp8_param_gather": "--fp8-param-gather" in args,
+            "fp8_recipe": args.get("--fp8-recipe"),
         "optimizer_offload_fraction": offload, "activation_offload_layers": act_offload,
         "tp": tp, "pp": pp, "cp": cp, "dp": dp, "vp": vp, "ep": ep,
         # a dense model has no experts to split (Megatron's default etp = tp then splits nothing)
@@ -238,6 +242,7 @@ def assert_round_trip(plan: dict, fw: str) -> dict:
         assert got["optimizer_state"] == {"grad": opt.grad_bytes, "master": opt.master_bytes,
                                           "state": opt.state_bytes}
         assert got["fp8_param_gather"] == bool(job.get("fp8_param_gather"))
+        assert got["fp8_recipe"] == (job.get("fp8_recipe", "delayed") if job["dtype"] == "fp8" else None)
         assert got["expert_dp"] in (None, p["expert_dp"])
         assert (got["expert_dp"] is None) == (not spec["num_experts"])
         keys = ("tp", "pp", "cp", "dp", "vp", "ep", "sp", "zero", "recompute", "micro_batch", "num_microbatches",

@@ -81,7 +81,9 @@ def test_fp8_quantization_by_recipe_and_architecture():
     for device, recipe, nbytes, launches in ((H100, "delayed", 4, 2), (H100, "tensorwise", 6, 3),
                                              (DEVICES["b200"], "delayed", 3, 2), (DEVICES["b200"], "tensorwise", 5, 3),
                                              (DEVICES["gb200"], "delayed", 3, 2), (H100, "blockwise", 4 + 8 / 128, 1),
-                                             (DEVICES["h200"], "blockwise", 4 + 8 / 128, 1)):
+                                             (DEVICES["h200"], "blockwise", 4 + 8 / 128, 1),
+                                             (DEVICES["b200"], "mxfp8", 4 + 2 / 32, 1),
+                                             (DEVICES["gb200"], "mxfp8", 4 + 2 / 32, 1)):
         km = KernelModel(device, 1, device.peak_flops("fp8"), recipe)
         bare = KernelModel(device, 1, device.peak_flops("fp8"), recipe)
         bare.cast_bytes = bare.cast_launches = 0
@@ -92,6 +94,13 @@ def test_fp8_quantization_by_recipe_and_architecture():
         with pytest.raises(SpecError, match=f"^job.fp8_recipe = 'blockwise': device {name} has no FP8 block-scaled "
                                             "GEMMs"):
             KernelModel(DEVICES[name], 1, DEVICES[name].peak_flops("fp8"), "blockwise")
+    # MXFP8 (1 x 32 blocks, both copies written in one launch) is Blackwell's only
+    # (TE check_mxfp8_support: compute capability 10.x); the error names each device's
+    # own block scaling where it has one
+    for name, closest in (("h100-sxm", "blockwise"), ("h200", "blockwise"), ("mi300x", "tensorwise")):
+        with pytest.raises(SpecError, match=rf"^job.fp8_recipe = 'mxfp8': device {name} has no MXFP8 GEMMs .*"
+                                            rf"closest expressible: fp8_recipe {closest}$"):
+            KernelModel(DEVICES[name], 1, DEVICES[name].peak_flops("fp8"), "mxfp8")
     # BF16 GEMMs quantize nothing, and the recipe does not matter to them
     assert KernelModel(H100, 2, H100.peak_flops("bf16"), "tensorwise").gemm(m, n, k) == \
         KernelModel(H100, 2, H100.peak_flops("bf16")).gemm(m, n, k)

@@ -69,6 +69,7 @@ SPACES = [
     ("megatron", MOE, {"overlap_grad_reduce": True, "moe_dispatcher": "flex"}),
     ("megatron", GPT, {"optimizer": OptimizerSpec.of("adam", "bf16", "bf16"), "dtype": "fp8",
                        "fp8_param_gather": True}),  # on H100s: FP8
+    ("megatron", GPT, {"dtype": "fp8", "fp8_recipe": "mxfp8", "fp8_param_gather": True}),  # on GB200s: MXFP8
     ("deepspeed", GPT, {"overlap_grad_reduce": True}),
     ("deepspeed", MOE, {}),
     ("torchtitan", DEBUG, {"seq_len": 1040}),  # 1040 tokens: 2 cp 2 x tp 8 does not divide them
@@ -93,7 +94,8 @@ def _spaces(case: int) -> tuple[set, set, dict]:
     of the first breaks."""
     fw, model, options = SPACES[case]
     jobspec = job(fw, **options)
-    on = cluster(preset="dgx-h100") if jobspec.dtype == "fp8" else None
+    on = (cluster(preset="gb200-nvl72") if jobspec.fp8_recipe == "mxfp8" else
+          cluster(preset="dgx-h100") if jobspec.dtype == "fp8" else None)
     # activation offload where a rule refuses it (Megatron's search over it: test_activation_offload)
     limits = EVERYTHING if fw == "megatron" else replace(EVERYTHING, act_offload=(0, 2))
     everything = _space(model, replace(jobspec, framework="any"), limits, on=on)
@@ -211,6 +213,8 @@ BREAKS = [
     ("megatron", "precision-aware-optimizer", GPT, dict(tp=1, pp=1, dp=16, zero=0),
      {"optimizer": OptimizerSpec.of("adam", "fp32", "bf16")}),
     ("megatron", "fp8-param-gather", GPT, dict(tp=1, pp=1, dp=16, zero=0), {"dtype": "fp8", "fp8_param_gather": True}),
+    ("megatron", "mxfp8-weights-distributed-optimizer", GPT, dict(tp=1, pp=1, dp=16, zero=3),
+     {"dtype": "fp8", "fp8_recipe": "mxfp8", "fp8_param_gather": True}),
     ("megatron", "context-parallel-sequence", GPT, dict(tp=1, pp=1, dp=4, cp=4), {"seq_len": 1020}),
     ("megatron", "optimizer-offload-distributed-optimizer", GPT, dict(tp=1, pp=1, dp=16, zero=3, optimizer_offload=0.5),
      {}),
@@ -250,7 +254,7 @@ def test_every_rule_has_a_breaking_configuration():
 def test_evaluate_names_the_broken_rule(fw, rule, model, config, options, tiny_moe_in_torchtitan):
     config = {"micro_batch": 1, "recompute": "none", **config}
     jobspec = nest.job_spec(model, global_batch=16, framework=fw, **{"seq_len": 1024, **options})
-    preset = "dgx-h100" if jobspec.dtype == "fp8" else "dgx-a100"
+    preset = "gb200-nvl72" if jobspec.fp8_recipe == "mxfp8" else "dgx-h100" if jobspec.dtype == "fp8" else "dgx-a100"
     with pytest.raises(RuleError, match=rf"^framework = {fw}: {rule}: .* \({VERSIONS[fw]} .*\); closest expressible: "):
         nest.evaluate(model, cluster(preset=preset), jobspec, **config)
     # the same configuration without the framework is fine (the rule, not the config, refuses it)

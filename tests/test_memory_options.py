@@ -99,3 +99,57 @@ def test_frameworks_without_these_options_refuse_them(fw):
     job = nest.job_spec(LLAMA, framework=fw, optimizer=OptimizerSpec.of("adam", "bf16", "fp32"))
     with pytest.raises(nest.SpecError, match=f"^framework = {fw}: job.optimizer: .* keeps fp32 gradients"):
         nest.plan(LLAMA, CLUSTER, job)
+
+
+def test_mxfp8_weights_hold_both_copies_and_gather_in_bf16():
+    """MXFP8 (Blackwell): Transformer Engine's cached weight copy is row- and column-wise
+    with an 8-bit scale per 32 values, 2 + 2/32 bytes per block weight; with
+    --fp8-param-gather the weights themselves are that (TE module/base.py
+    reset_parameters), and Megatron gathers them in bf16 into the gradient buffer it
+    shares with them (param_and_grad_buffer.py shared_buffer), so their all-gathers and
+    the optimizer's weight update move 2 bytes each, as without FP8 weights."""
+    from nest.cost.scenario import Scenario
+
+    gb200 = nest.load_cluster("gb200-nvl72", devices=72)
+
+    def rank0(**options):
+        job = nest.job_spec(LLAMA, global_batch=72, **options)
+        plan = nest.evaluate(LLAMA, gb200, job, micro_batch=1, recompute="full", tp=1, pp=1, dp=72, zero=1)
+        return plan, plan.memory[0], Scenario(LLAMA, gb200, job)
+
+    bf16, bf16_rank, _ = rank0()
+    delayed, delayed_rank, _ = rank0(dtype="fp8")
+    mx, mx_rank, mx_scn = rank0(dtype="fp8", fp8_recipe="mxfp8")
+    mx_pg, mx_pg_rank, mx_pg_scn = rank0(dtype="fp8", fp8_recipe="mxfp8", fp8_param_gather=True)
+    delayed_pg, _, delayed_pg_scn = rank0(dtype="fp8", fp8_param_gather=True)
+    params = bf16_rank.weights / 2
+    blocks = params - (2 * LLAMA.vocab_size * LLAMA.hidden + LLAMA.hidden)  # not the embedding, head, final norm
+    assert mx_rank.weights - bf16_rank.weights == pytest.approx((2 + 2 / 32) * blocks, rel=1e-12)
+    assert delayed_rank.weights - bf16_rank.weights == pytest.approx(2 * blocks, rel=1e-12)
+    assert mx_pg_rank.weights == pytest.approx((2 + 2 / 32) * params, rel=1e-12)
+    assert mx_pg_rank.gradients == mx_rank.gradients
+    assert (mx_scn.weight_bytes, mx_scn.gather_bytes, mx_scn.fp8_weight_cache_bytes) == (2, 2, 2 + 2 / 32)
+    assert (mx_pg_scn.weight_bytes, mx_pg_scn.gather_bytes, mx_pg_scn.fp8_weight_cache_bytes) == (2 + 2 / 32, 2, 0)
+    assert (delayed_pg_scn.weight_bytes, delayed_pg_scn.gather_bytes) == (1, 1)
+    # the same traffic and compute with MXFP8 weights; delayed FP8 weights gather half the bytes
+    assert mx_pg.step_time_s == mx.step_time_s
+    assert delayed_pg.breakdown_s["dp_comm"] < delayed.breakdown_s["dp_comm"]
+    assert mx.breakdown_s["dp_comm"] == bf16.breakdown_s["dp_comm"]
+
+
+def test_mxfp8_plan_reaches_the_megatron_launch(capsys):
+    """``--fp8-recipe mxfp8 --fp8-param-gather`` on Blackwell: the plan keeps the
+    distributed optimizer (the path nest prices), and the launch names the recipe and
+    gathers the weights through the gradient buffer; on Hopper the recipe is refused
+    with exit code 2 and the closest recipe it has."""
+    args = ["plan", "--model", "llama3-8b", "--cluster", "gb200-nvl72", "--devices", "72", "--dtype", "fp8",
+            "--fp8-recipe", "mxfp8", "--fp8-param-gather", "--framework", "megatron"]
+    assert main(args + ["--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["job"]["fp8_recipe"] == "mxfp8" and plan["parallelism"]["zero"] == 1
+    got = assert_round_trip(plan, "megatron")
+    assert got["args"]["--fp8-recipe"] == "mxfp8" and got["args"]["--reuse-grad-buf-for-mxfp8-param-ag"] is True
+    assert main(["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--devices", "64", "--dtype", "fp8",
+                 "--fp8-recipe", "mxfp8"]) == 2
+    assert capsys.readouterr().err.startswith("nest: error: job.fp8_recipe = 'mxfp8': device h100-sxm has no MXFP8 "
+                                              "GEMMs")

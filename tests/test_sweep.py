@@ -452,7 +452,7 @@ def test_grid_jobs_take_the_fp8_recipe_and_the_offload_handler(tmp_path):
     assert (job.fp8_recipe, job.activation_offload_handler) == ("tensorwise", "v2")
     row = run_scenario(scenario)
     assert row["status"] == "ok" and (row["fp8_recipe"], row["activation_offload_handler"]) == ("tensorwise", "v2")
-    grid["jobs"][0]["fp8_recipe"] = "mxfp8"
-    with pytest.raises(nest.SpecError, match=r"^grid.jobs\[0\].fp8_recipe = 'mxfp8': must be one of delayed, "
-                                             r"tensorwise, blockwise$"):
+    grid["jobs"][0]["fp8_recipe"] = "nvfp4"
+    with pytest.raises(nest.SpecError, match=r"^grid.jobs\[0\].fp8_recipe = 'nvfp4': must be one of delayed, "
+                                             r"tensorwise, blockwise, mxfp8$"):
         expand_grid(grid)

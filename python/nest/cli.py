@@ -95,8 +95,8 @@ def _add_scenario(parser: argparse.ArgumentParser, device_list: bool = False) ->
                         help="CPU threads of each rank's host optimizer step when it offloads (OMP_NUM_THREADS; "
                              "default 1, torchrun's)")
     parser.add_argument("--fp8-recipe", default="delayed", choices=FP8_RECIPES,
-                        help="Megatron's FP8 recipe (--dtype fp8): delayed, its default, tensorwise or "
-                             "blockwise (Hopper) scaling")
+                        help="Megatron's FP8 recipe (--dtype fp8): delayed, its default, tensorwise, "
+                             "blockwise (Hopper) or mxfp8 (Blackwell) scaling")
     parser.add_argument("--activation-offload-handler", default="v1", choices=OFFLOAD_HANDLERS,
                         help="TE's activation offload: v1 (TE 2.7; NVTE_CPU_OFFLOAD_V1=1) or v2 (TE >= 2.10)")
     parser.add_argument("--moe-dispatcher", default="alltoall", choices=MOE_DISPATCHERS,

@@ -484,8 +484,9 @@ class JobSpec:
     # Memory the job cannot use for tensors; None: the device's reserved_bytes.
     reserved_memory_bytes: float | None = None
     # FP8 weights (Megatron-LM --fp8-param-gather): parameters stored and all-gathered in
-    # FP8, 1 byte each; needs dtype fp8. Without it FP8 training keeps bf16 weights and
-    # Transformer Engine caches their FP8 copies.
+    # FP8, 1 byte each (MXFP8: stored row- and column-wise with their scales, all-gathered
+    # in bf16: nest.cost.scenario.Scenario.weight_bytes); needs dtype fp8. Without it FP8
+    # training keeps bf16 weights and Transformer Engine caches their FP8 copies.
     fp8_param_gather: bool = False
     # Let dp x micro_batch not divide the global batch: every replica then runs
     # ceil(global_batch / (dp x micro_batch)) micro-batches (the NEST artifact's baselines
@@ -605,10 +606,11 @@ OVERLAP_SWITCHES = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_over
                     "overlap_moe_expert_parallel_comm")
 """The :class:`JobSpec` switches of communication overlap (Megatron-LM's flag names)."""
 
-FP8_RECIPES = ("delayed", "tensorwise", "blockwise")
+FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
 """The FP8 recipes nest tells apart (Megatron's ``--fp8-recipe``): ``delayed`` (its default),
-``tensorwise`` (current scaling) and ``blockwise`` (1 x 128 activation and 128 x 128 weight
-scales, DeepSeek-V3's; Hopper only)."""
+``tensorwise`` (current scaling), ``blockwise`` (1 x 128 activation and 128 x 128 weight
+scales, DeepSeek-V3's; Hopper only) and ``mxfp8`` (1 x 32 blocks with power-of-two
+scales, the OCP microscaling format; Blackwell only)."""
 
 OFFLOAD_HANDLERS = ("v1", "v2")
 """Transformer Engine's activation-offload implementations (:mod:`nest.cost.activation_offload`):

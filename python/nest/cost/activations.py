@@ -22,7 +22,9 @@ recipe but delayed (``megatron/core/transformer/attention.py`` ``Attention.__ini
 TE >= 2.6): the attention's output projection and the shared experts' fc1 then keep the
 16-bit input another module already keeps, not an FP8 copy (TE ``module/linear.py``
 ``_linear_forward``: ``if save_original_input: inputmat = inp``). The job's recipe is
-``JobSpec.fp8_recipe``, default ``delayed``.
+``JobSpec.fp8_recipe``, default ``delayed``; ``blockwise`` and ``mxfp8`` are non-delayed
+recipes too. Not counted: the block scales of the FP8 inputs those two keep (an fp32 per
+128 values, an 8-bit per 32: 1/32 byte per value, under 1% of a layer's bytes).
 
 Attention (``TELayerNormColumnParallelLinear`` + ``TEDotProductAttention`` +
 ``TERowParallelLinear``):

@@ -63,7 +63,14 @@ the transposed copy with an fp32 scale per block each, 4 + 8/128 bytes per eleme
 launch; Transformer Engine runs it on Hopper only (``pytorch/fp8.py``
 ``check_fp8_block_scaling_support``: "FP8 block scaled GEMM requires Hopper and CUDA >=
 12.9"), and its GEMMs are priced at the per-tensor FP8 efficiency (no block-scaled
-measurement of the MAMF kind is published). FP8 weight copies are cached across the
+measurement of the MAMF kind is published). MXFP8 (``mxfp8``, Blackwell's block scaling:
+``MXFP8Quantizer::quantize``, one ``nvte_quantize_v2``) scales each 1 x 32 block with an
+8-bit power of two and writes a row-wise copy and a column-wise one (scaled along the
+other axis: not a transpose, so Blackwell's non-TN GEMMs do not spare it), 4 + 2/32 bytes
+per element in one launch; Transformer Engine runs it on compute capability 10.x only
+(``pytorch/fp8.py`` ``check_mxfp8_support``: "Device compute capability 10.0 or higher
+required for MXFP8 execution", and not on 12.0+), and its GEMMs, Blackwell's native
+block-scaled tensor-core path, are priced at the per-tensor FP8 efficiency too. FP8 weight copies are cached across the
 micro-batches of a step (``is_first_microbatch``) and are not charged.
 
 Fused attention runs at ``attention_efficiency`` of the 16-bit peak forward (FLOPs of
@@ -110,7 +117,15 @@ BLOCK_SCALE_BYTES = 2 * 4 / 128
 """The fp32 scales of block scaling per element: one per 128-element block of the row-wise
 and of the transposed copy."""
 
-FP8_QUANTIZE_LAUNCHES = {"delayed": 2, "tensorwise": 3, "blockwise": 1}
+MX_COPY_BYTES = 1.0 + 1 / 32
+"""Bytes per element of one MXFP8 copy: the FP8 value and its share of the 8-bit scale of
+its 32-element block."""
+
+MX_CAST_BYTES = 2.0 + 2 * MX_COPY_BYTES
+"""Bytes per element of an MXFP8 quantization: read BF16, write the row-wise and the
+column-wise copies."""
+
+FP8_QUANTIZE_LAUNCHES = {"delayed": 2, "tensorwise": 3, "blockwise": 1, "mxfp8": 1}
 """Kernels one FP8 quantization launches, by recipe (see the module docstring)."""
 
 WAVE_TAIL = 0.5
@@ -135,6 +150,7 @@ class DeviceEfficiency:
     wave_tail: float = WAVE_TAIL
     fp8_cast_bytes: float = FP8_CAST_BYTES
     block_scaling: bool = False  # FP8 block-scaled GEMMs (Hopper)
+    mx_scaling: bool = False  # MXFP8 GEMMs (Blackwell, compute capability 10.x)
     source: str = ""
 
     @property
@@ -156,7 +172,7 @@ DEVICE_EFFICIENCY: dict[str, DeviceEfficiency] = {
     "h100-sxm": DeviceEfficiency(132, 128, 256, 0.709 / 0.803, 0.48 / 0.60, block_scaling=True, source=MAMF_SOURCE),
     "h200": DeviceEfficiency(132, 128, 256, 0.734 / 0.803, 0.48 / 0.60, block_scaling=True, source=MAMF_SOURCE),
     "b200": DeviceEfficiency(148, 256, 128, 0.763 / 0.776, 0.48 / 0.60, fp8_cast_bytes=BLACKWELL_FP8_CAST_BYTES,
-                             source=MAMF_SOURCE),
+                             mx_scaling=True, source=MAMF_SOURCE),
     "mi300x": DeviceEfficiency(304, 256, 256, 1.0, 1.0, source=MAMF_SOURCE),
 }
 """Shape terms by device preset name; the NEST paper's renamed H100 (``h100-90gib``)
@@ -189,6 +205,12 @@ def fp8_quantize(curve: DeviceEfficiency, recipe: str, device: str = "") -> tupl
                             "(Transformer Engine v2.7 pytorch/fp8.py check_fp8_block_scaling_support: Hopper only); "
                             "closest expressible: fp8_recipe tensorwise")
         return curve.fp8_cast_bytes + BLOCK_SCALE_BYTES, FP8_QUANTIZE_LAUNCHES[recipe]
+    if recipe == "mxfp8":
+        if not curve.mx_scaling:
+            raise SpecError(f"job.fp8_recipe = 'mxfp8': device {device} has no MXFP8 GEMMs (Transformer Engine "
+                            "v2.7 pytorch/fp8.py check_mxfp8_support: compute capability 10.x, Blackwell); "
+                            "closest expressible: fp8_recipe " + ("blockwise" if curve.block_scaling else "tensorwise"))
+        return MX_CAST_BYTES, FP8_QUANTIZE_LAUNCHES[recipe]
     amax = AMAX_PASS_BYTES if recipe == "tensorwise" else 0.0
     return curve.fp8_cast_bytes + amax, FP8_QUANTIZE_LAUNCHES[recipe]
 

@@ -213,7 +213,7 @@ def kind_times(scn: Scenario, table: ConfigTable, cands: CandidateArrays, terms:
     col = lambda name: table.cols[name][cands.config]  # noqa: E731
     one = lambda x: np.asarray(x)[:, None]  # noqa: E731
     slot = lambda x: np.asarray(x)[:, None, None]  # noqa: E731
-    job, opt, wb = scn.job, scn.job.optimizer, scn.weight_bytes
+    job, opt, wb = scn.job, scn.job.optimizer, scn.gather_bytes
     # a table without operations of a kind (measured layers: their times hold their TP;
     # dense models: no all-to-alls) prices them as the zeros the sums below would give
     def has(name: str) -> bool:
@@ -321,7 +321,7 @@ def sync_columns(scn: Scenario, cands: CandidateArrays, terms: GroupTerms) -> di
     weight, gradient and optimizer-state parts ``*_weight_bytes``, ``*_grad_bytes``,
     ``*_state_bytes``; ``*_host_bytes``: the host bytes of its offloaded optimizer state,
     :mod:`nest.cost.offload`)."""
-    opt, wb, zero = scn.job.optimizer, scn.weight_bytes, cands.zero
+    opt, wb, gb, zero = scn.job.optimizer, scn.weight_bytes, scn.gather_bytes, cands.zero
     fixed = np.full(len(cands), optimizer_launch_s(scn))
     out = {}
     for name, (alpha, beta), shards in (("dense", terms.dense_dp, terms.dense_shards),
@@ -329,10 +329,10 @@ def sync_columns(scn: Scenario, cands: CandidateArrays, terms: GroupTerms) -> di
         if name == "expert" and not scn.model.is_moe:
             alpha = np.zeros_like(alpha)  # no expert parameters: no expert collective
         per = np.where(zero == 0, 2 * beta * opt.grad_bytes,
-                       np.where(zero == 1, beta * (opt.grad_bytes + wb), np.where(zero == 2, beta * wb, 0.0)))
+                       np.where(zero == 1, beta * (opt.grad_bytes + gb), np.where(zero == 2, beta * gb, 0.0)))
         out[name + "_reduce"] = np.where(zero == 0, 2 * beta * opt.grad_bytes,
                                          np.where(zero == 1, beta * opt.grad_bytes, 0.0))
-        out[name + "_gather"] = np.where((zero == 1) | (zero == 2), beta * wb, 0.0)
+        out[name + "_gather"] = np.where((zero == 1) | (zero == 2), beta * gb, 0.0)
         fixed = fixed + np.where(zero <= 1, 2 * alpha, np.where(zero == 2, alpha, 0.0))
         state_shards = np.where(zero >= 1, shards, 1)
         optimizer = offload.optimizer_step_s(gpu_optimizer_s(scn), scn.host_step_s, cands.offload) / state_shards
@@ -356,7 +356,7 @@ def gpu_optimizer_s(scn: Scenario) -> float:
     """Seconds per parameter of the device's fused optimizer step: it streams the
     gradient, reads and writes the master weight and the moments, and writes the weight."""
     opt = scn.job.optimizer
-    return (opt.grad_bytes + 2 * opt.master_bytes + 2 * opt.state_bytes + scn.weight_bytes) / scn.kernels.memory_rate
+    return (opt.grad_bytes + 2 * opt.master_bytes + 2 * opt.state_bytes + scn.gather_bytes) / scn.kernels.memory_rate
 
 
 def _params(table: ConfigTable, cands: CandidateArrays) -> tuple[np.ndarray, np.ndarray]:

@@ -29,6 +29,7 @@ from ..parallel import RECOMPUTE_MODES, Candidate, CandidateArrays, ConfigArrays
 from ..specs import ClusterSpec, JobSpec, ModelSpec
 from . import activation_offload, offload
 from .compute import KernelModel
+from .efficiency import MX_COPY_BYTES
 from .model import BLOCK, MOE, active_parameter_count, chain_kinds, chain_names, parameter_count
 from .nodes import COST_FIELDS, OP_FIELDS, NodeCostModel
 
@@ -100,14 +101,26 @@ class Scenario:
         self.model, self.cluster, self.job = model, cluster, job
         self.peak_flops = cluster.device.peak_flops(job.dtype)
         self.kernels = KernelModel.for_job(cluster.device, job)
-        # bytes per weight: fp32, FP8 with --fp8-param-gather, else 16-bit
-        self.weight_bytes = 4 if job.dtype == "fp32" else 1 if job.fp8_param_gather else 2
+        # bytes per weight held: fp32, FP8 with --fp8-param-gather, else 16-bit. MXFP8
+        # weights hold a row- and a column-wise copy with their scales (TE 2.7
+        # module/base.py reset_parameters: the weight quantizer's usage is row-wise and,
+        # when training, column-wise)
+        mx = job.dtype == "fp8" and job.fp8_recipe == "mxfp8"
+        both_copies = 2 * MX_COPY_BYTES if mx else 2  # an FP8 weight's row- and column-wise copies
+        self.weight_bytes = 4 if job.dtype == "fp32" else (both_copies if mx else 1) if job.fp8_param_gather else 2
+        # bytes per weight its all-gathers (and the optimizer's weight update) move:
+        # Megatron gathers MXFP8 weights in bf16 into the gradient buffer, which it shares
+        # with them, and casts them after (core_v0.14.0 param_and_grad_buffer.py
+        # _ParamAndGradBuffer.__init__ "shared_buffer", distributed_data_parallel.py
+        # start_param_sync "cast from bf16 to MXFP8 during copy")
+        self.gather_bytes = 2 if mx and job.fp8_param_gather else self.weight_bytes
         # FP8 without FP8 weights: Transformer Engine keeps each GEMM weight's FP8 copy,
-        # row- and column-wise (the transpose the backward's data gradient needs), from
-        # the first micro-batch to the last (transformer_engine/pytorch/module/linear.py,
-        # TE 2.7: the weight workspace cached under "weight" while Megatron passes
-        # is_first_microbatch, megatron/core/pipeline_parallel/schedules.py)
-        self.fp8_weight_cache_bytes = 2 if job.dtype == "fp8" and not job.fp8_param_gather else 0
+        # row- and column-wise (the transpose the backward's data gradient needs, or
+        # MXFP8's column-wise copy), from the first micro-batch to the last
+        # (transformer_engine/pytorch/module/linear.py, TE 2.7: the weight workspace
+        # cached under "weight" while Megatron passes is_first_microbatch,
+        # megatron/core/pipeline_parallel/schedules.py)
+        self.fp8_weight_cache_bytes = both_copies if job.dtype == "fp8" and not job.fp8_param_gather else 0
         self.reserve_bytes = (cluster.device.reserved_bytes if job.reserved_memory_bytes is None
                               else job.reserved_memory_bytes)
         # one device's share of its server's memory, DRAM bandwidth and host link (every

@@ -49,7 +49,10 @@ What the plan's settings become:
   initialize_model_parallel`` generates from the same order string with ``tp`` the expert
   TP degree (the expert ``RankGenerator``): expert TP innermost, nest's expert grid.
 * Architecture, batch and precision flags come from the model and the job (FP8:
-  ``--fp8-format hybrid --fp8-recipe delayed``, Megatron's default recipe, named).
+  ``--fp8-format hybrid --fp8-recipe <job.fp8_recipe>``, ``delayed`` Megatron's default,
+  named; FP8 weights ``--fp8-param-gather``, under ``mxfp8`` with
+  ``--reuse-grad-buf-for-mxfp8-param-ag``, the zoo's pairing:
+  yanring/Megatron-MoE-ModelZoo e865051 ``sbatch_benchmarking.sh``).
 
 Megatron-LM requires ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with tensor or context parallelism
 on GPUs before Blackwell, and forbids it with Megatron-FSDP (``validate_args``):
@@ -123,6 +126,14 @@ RULES = (
          f"{_V014} megatron/training/arguments.py validate_args",
          lambda m, j, c: (c.zero >= 1) | (not j.fp8_param_gather),
          lambda m, j, cand: "zero=1 (--use-distributed-optimizer)"),
+    Rule("mxfp8-weights-distributed-optimizer",
+         "MXFP8 weights (--fp8-param-gather with --fp8-recipe mxfp8) are priced as the distributed optimizer keeps "
+         "them: gathered in bf16 into the gradient buffer it shares with them, then cast; Megatron-FSDP's path for "
+         "them is not priced",
+         f"{_V014} megatron/core/distributed/param_and_grad_buffer.py _ParamAndGradBuffer.__init__ (shared_buffer, "
+         "use_distributed_optimizer), distributed_data_parallel.py start_param_sync",
+         lambda m, j, c: (c.zero == 1) | (not j.fp8_param_gather) | (j.fp8_recipe != "mxfp8"),
+         lambda m, j, cand: "zero=1 (--use-distributed-optimizer), or fp8_param_gather=False"),
     Rule("optimizer-offload-distributed-optimizer",
          "optimizer offload (--optimizer-cpu-offload) needs --use-precision-aware-optimizer, which runs with the "
          "distributed optimizer only; Megatron-FSDP does not offload the optimizer",
@@ -206,6 +217,10 @@ class Megatron(Framework):
             add("--overlap-cpu-optimizer-d2h-h2d")
         if job.fp8_param_gather:
             add("--fp8-param-gather")
+            if job.fp8_recipe == "mxfp8":
+                # the parameter buffer is the gradient buffer's bf16 view, each weight cast
+                # to MXFP8 after its gather: what nest prices (Scenario.gather_bytes)
+                add("--reuse-grad-buf-for-mxfp8-param-ag")
         add("--tensor-model-parallel-size", p.tp)
         add("--pipeline-model-parallel-size", p.pp)
         if p.cp > 1:
