@@ -101,6 +101,13 @@ def test_fp8_quantization_by_recipe_and_architecture():
         with pytest.raises(SpecError, match=rf"^job.fp8_recipe = 'mxfp8': device {name} has no MXFP8 GEMMs .*"
                                             rf"closest expressible: fp8_recipe {closest}$"):
             KernelModel(DEVICES[name], 1, DEVICES[name].peak_flops("fp8"), "mxfp8")
+    # GH200's GPU is an H100: its curve (FP8 at the H100's measured fraction, casts, block
+    # scaling but no MXFP8)
+    from nest.cost.efficiency import device_efficiency, gemm_fraction
+    assert device_efficiency(DEVICES["gh200"]) == device_efficiency(H100)
+    assert gemm_fraction(DEVICES["gh200"], 1) == gemm_fraction(H100, 1) < gemm_fraction(H100, 2)
+    with pytest.raises(SpecError, match="^job.fp8_recipe = 'mxfp8': device gh200 has no MXFP8 GEMMs"):
+        KernelModel(DEVICES["gh200"], 1, DEVICES["gh200"].peak_flops("fp8"), "mxfp8")
     # BF16 GEMMs quantize nothing, and the recipe does not matter to them
     assert KernelModel(H100, 2, H100.peak_flops("bf16"), "tensorwise").gemm(m, n, k) == \
         KernelModel(H100, 2, H100.peak_flops("bf16")).gemm(m, n, k)
