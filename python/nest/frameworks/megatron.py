@@ -131,7 +131,9 @@ RULES = (
          "them: gathered in bf16 into the gradient buffer it shares with them, then cast; Megatron-FSDP's path for "
          "them is not priced",
          f"{_V014} megatron/core/distributed/param_and_grad_buffer.py _ParamAndGradBuffer.__init__ (shared_buffer, "
-         "use_distributed_optimizer), distributed_data_parallel.py start_param_sync",
+         "use_distributed_optimizer), distributed_data_parallel.py start_param_sync; main d98e8a6 "
+         "megatron/training/arguments.py validate_args turns the shared buffer off under Megatron-FSDP (\"not "
+         "relevant or supported for Megatron-FSDP\")",
          lambda m, j, c: (c.zero == 1) | (not j.fp8_param_gather) | (j.fp8_recipe != "mxfp8"),
          lambda m, j, cand: "zero=1 (--use-distributed-optimizer), or fp8_param_gather=False"),
     Rule("optimizer-offload-distributed-optimizer",
