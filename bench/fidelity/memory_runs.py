@@ -38,10 +38,17 @@ MLM_GPT7B = ModelSpec(name="mlm-gpt3-7b-test", num_layers=32, hidden=4096, num_h
                       tied_embeddings=False, position_embedding="learned", dropout=True)
 
 # Megatron-Bridge's FP8 current-scaling H100 presets (performance summary 25.11, recipes at
-# v0.2.0): FP8 weights gathered in FP8, bf16 gradient reduction, overlapped DP collectives.
-FP8_CS = dict(dtype="fp8", fp8_param_gather=True, optimizer=OptimizerSpec.of("adam", "bf16", "fp32"),
-              overlap_grad_reduce=True, overlap_param_gather=True)
+# v0.2.0): per-tensor current scaling (training/mixed_precision.py
+# bf16_with_fp8_current_scaling_mixed: fp8_recipe "tensorwise"), FP8 weights gathered in
+# FP8, bf16 gradient reduction, overlapped DP collectives.
+FP8_CS = dict(dtype="fp8", fp8_recipe="tensorwise", fp8_param_gather=True,
+              optimizer=OptimizerSpec.of("adam", "bf16", "fp32"), overlap_grad_reduce=True, overlap_param_gather=True)
+# Its MXFP8 preset (bf16_with_mxfp8_mixed, at 067f987): MXFP8 weights, gathered in bf16
+# through the gradient buffer (reuse_grad_buf_for_mxfp8_param_ag), the rest as FP8-CS.
+MXFP8 = dict(FP8_CS, fp8_recipe="mxfp8")
 BRIDGE = "https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/main/docs/performance-summary.md"
+BRIDGE_ARCHIVE = BRIDGE.replace("summary.md", "summary-archive.md")
+GB200_RECIPES = "perf_recipes/llama/gb200/llama3.py at 067f987"
 # Megatron-Core's MoE model zoo: 256 H100 with 8x50 GB/s InfiniBand, BF16, the benchmarking
 # config model_configs/benchmarking/Qwen3-235B-A22B.yaml (distributed optimizer, overlapped
 # gradient reduction and weight gather, dropless) at e865051.
@@ -142,6 +149,18 @@ RUNS = [
         dict(FP8_CS, overlap_moe_expert_parallel_comm=True), tokens_per_gpu_s=1575,
         notes="expert TP 1; the preset overlaps EP all-to-alls (moe_a2a_overlap); "
                                      "force-balanced dropless routing"),
+    Run("ps2604-gb200-l3-70b-mxfp8", BRIDGE_ARCHIVE + " (26.04.01, DGX-GB200 MXFP8)", MODELS["llama3-70b"], 64,
+        8192, 256, dict(tp=2, pp=4, vp=5, dp=8, micro_batch=1, sp=True, zero=1, recompute="none"), MXFP8,
+        preset="gb200-nvl72", tokens_per_gpu_s=3712,
+        notes=f"{GB200_RECIPES} llama3_70b_pretrain_64gpu_gb200_fp8mx_config (TP overlap with its FP8 userbuffers "
+              "config); the same configuration measured 3613, 3837, 3828 and 3712 tokens/s/GPU in releases 26.02 to "
+              "26.04.01"),
+    Run("ps2604-gb200-l3-70b-fsdp-fp8cs", BRIDGE_ARCHIVE + " (26.04.01, DGX-GB200 FP8)", MODELS["llama3-70b"], 64,
+        8192, 256, dict(tp=1, pp=1, dp=64, micro_batch=2, sp=False, zero=3, recompute="none", activation_offload=40),
+        dict(FP8_CS, framework="megatron"), preset="gb200-nvl72", tokens_per_gpu_s=4224,
+        notes=f"{GB200_RECIPES} llama3_70b_pretrain_64gpu_gb200_fp8cs_config: Megatron-FSDP optim_grads_params "
+              "(FSDP 64), 40 layers' activations offloaded to the Grace host; measured 4040, 4357, 4143 and 4224 "
+              "tokens/s/GPU in releases 26.02 to 26.04.01"),
     Run("ps2509-h100-dsv3", BRIDGE + " (25.09, H100)", MODELS["deepseek-v3"], 1024, 4096, 8192,
         dict(tp=2, pp=8, vp=4, dp=64, ep=64, micro_batch=1, sp=True, zero=1, recompute="mla_up_proj,mlp",
              layers_per_stage=[2] + [2] * 30 + [1]),  # the preset's layout Et|(tt|)*30mL

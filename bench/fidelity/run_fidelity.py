@@ -163,12 +163,15 @@ def modern_lines(rows: list[dict]) -> list[str]:
              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         run, c = r["run"], r["run"].config
-        layout = " ".join(f"{k.upper()}{c[k]}" for k in ("tp", "pp", "vp", "cp", "ep") if c.get(k, 1) != 1)
+        layout = " ".join([f"{k.upper()}{c[k]}" for k in ("tp", "pp", "vp", "cp", "ep") if c.get(k, 1) != 1]
+                          + ([f"ZeRO-{c['zero']}"] if c.get("zero", 0) >= 2 else []))
         switches = ", ".join(("ep overlap" if k == "overlap_moe_expert_parallel_comm" else f"{run.job[k]} dispatcher")
                              for k in MOE_SWITCHES if run.job.get(k) not in (None, False, "alltoall")) or "-"
         mark = " (sets its router's cv)" if run.sets_router else ""
         dtype = run.job.get("dtype", "bf16")
-        lines.append(f"| {run.id}{mark} | {run.model.name} {run.devices} GPUs {layout} {dtype} | "
+        if dtype == "fp8" and run.job.get("fp8_recipe", "delayed") != "delayed":
+            dtype = f"{dtype} ({run.job['fp8_recipe']})"
+        lines.append(f"| {run.id}{mark} | {run.model.name} {run.devices} x {run.preset} {layout} {dtype} | "
                      f"{switches} | {r['measured']:.3f} | {r['nest']:.3f} | {pct(Row.err(r['nest'], r['measured']))} | "
                      f"{r['plain']:.3f} | {pct(Row.err(r['plain'], r['measured']))} | "
                      f"{r['tp_overlap']:.3f} | {pct(Row.err(r['tp_overlap'], r['measured']))} | "
@@ -180,7 +183,9 @@ def modern_lines(rows: list[dict]) -> list[str]:
         lines += [f"* {r['run'].id}: cv {r['run'].unstated_router_cv}, nest {r['dropless']:.3f} s, "
                   f"{pct(Row.err(r['dropless'], r['measured']))}" for r in unstated]
     moe = lambda r: r["run"].model.is_moe and not r["run"].sets_router  # noqa: E731
-    for label, pick in (("dense", lambda r: not r["run"].model.is_moe), ("MoE", moe),
+    dense = lambda r, preset: not r["run"].model.is_moe and r["run"].preset == preset  # noqa: E731
+    for label, pick in (("dense on H100", lambda r: dense(r, "dgx-h100")),
+                        ("dense on GB200", lambda r: dense(r, "gb200-nvl72")), ("MoE", moe),
                         ("MoE at 4k tokens", lambda r: moe(r) and r["run"].seq_len <= 4096),
                         ("MoE at 16k-128k tokens", lambda r: moe(r) and r["run"].seq_len > 4096)):
         for column, what in (("nest", "with the run's switches"), ("plain", "plain all-to-all")):
@@ -416,7 +421,12 @@ def main(argv=None) -> int:
               "from the published forced/dropless pair (marked; left out of the errors); the other lengths "
               "of the same router are predictions. At 16k-128k tokens nest is within a few percent; at 4k "
               "tokens it is still too fast on every pipelined MoE run, with or without the EP overlap, and "
-              "too slow on the Megatron-FSDP one (see the notes of issue 18).", ""] + modern_lines(modern) + \
+              "too slow on the Megatron-FSDP one (see the notes of issue 18). The dense runs on DGX H100 are "
+              "within 9% (the Bridge FP8 rows priced with their per-tensor current scaling, `tensorwise`); "
+              "the two on DGX GB200 (Blackwell, MXFP8 and FP8 with Megatron-FSDP) are 23-25% too fast: "
+              "nest's Blackwell GEMMs take the B200's measured fraction of the GB200's higher datasheet "
+              "peak and its fused attention the generic efficiency, none of it measured on GB200.", ""] + \
+        modern_lines(modern) + \
              ["", "## Memory: nest vs Megatron-LM theoretical formulas (first stage, without the reserved "
                   "workspace)", ""] + memory_lines(mem) + ["", "## Sources", ""] + \
              [f"* `{k}`: {v}" for k, v in SOURCES.items()] + [""]
