@@ -21,10 +21,12 @@ def _codes(rng, n, levels):
     return codes + codes.T
 
 
+@pytest.mark.parametrize("engine", ["cpp", "numpy"])
 @pytest.mark.parametrize("seed", range(6))
-def test_nn_chain_on_codes_is_scipys_linkage(seed):
+def test_nn_chain_on_codes_is_scipys_linkage(seed, engine):
     """Random symmetric distances with few values (ties everywhere: which pair merges
-    first, which cluster a chain prefers, are SciPy's tie rules), irregular values."""
+    first, which cluster a chain prefers, are SciPy's tie rules), irregular values; the
+    compiled chain and the numpy one alike."""
     rng = np.random.default_rng(seed)
     for _ in range(40):
         n = int(rng.integers(2, 70))
@@ -34,7 +36,7 @@ def test_nn_chain_on_codes_is_scipys_linkage(seed):
         dist = values[codes]
         np.fill_diagonal(dist, 0.0)
         expected = linkage(squareform(dist, checks=False), method="complete")
-        assert np.array_equal(nn_chain_complete(codes.copy(), values), expected)
+        assert np.array_equal(nn_chain_complete(codes.copy(), values, engine), expected)
 
 
 def _scipy_dendrogram(make, monkeypatch):
