@@ -117,8 +117,6 @@ def _dendrogram(comp: CompiledGraph):
     the same linkage."""
     if "dendrogram" in comp.cache:
         return comp.cache["dendrogram"]
-    from scipy.cluster.hierarchy import linkage
-
     from .linkage import nn_chain_complete
 
     coded = _torus_codes(comp)
@@ -133,7 +131,12 @@ def _dendrogram(comp: CompiledGraph):
     if n == 1:
         out = (hosts, None, np.zeros(1, dtype=np.int64))
     else:
-        z = linkage(dist, method="complete") if dist is not None else nn_chain_complete(rows, values)
+        if dist is not None:
+            from scipy.cluster.hierarchy import linkage  # imported only here: 0.2 s of start-up
+
+            z = linkage(dist, method="complete")
+        else:
+            z = nn_chain_complete(rows, values)
         del dist
         smallest = np.concatenate((first[hosts], np.zeros(n - 1, dtype=np.int64)))
         children = z[:, :2].astype(np.int64)
@@ -205,14 +208,9 @@ def level_sizes(graph, order=None) -> tuple[int, ...]:
     if (per_host == per_host[0]).all() and per_host[0] > 1:
         sizes.append(int(per_host[0]))
     if z is not None:
-        from scipy.cluster.hierarchy import fcluster
-
-        for height in np.unique(z[:, 2]):
-            label = fcluster(z, t=height, criterion="distance")
-            size = np.bincount(label, weights=per_host)[1:]
-            size = size[size > 0]
-            if (size == size[0]).all():
-                s = int(size[0])
+        for size in _cut_sizes(z, per_host):
+            if size is not None:
+                s = int(size)
                 if (not sizes or (s > sizes[-1] and s % sizes[-1] == 0)) and s <= n_dev:
                     sizes.append(s)
     if not sizes or sizes[-1] != n_dev:
@@ -220,6 +218,33 @@ def level_sizes(graph, order=None) -> tuple[int, ...]:
     if order is not None:
         sizes = _aligned_sizes(graph, comp, order, sizes)
     return tuple(sizes)
+
+
+def _cut_sizes(z: np.ndarray, weights: np.ndarray) -> list:
+    """Per distinct merge height of the linkage ``z`` (ascending), the weight every flat
+    cluster of the cut at that height has (``weights`` of the leaves summed), or None when
+    they differ. ``fcluster(z, t=height, criterion="distance")`` of a monotonic linkage
+    (complete linkage is: the rows ascend and every merge is at least as high as the
+    merges under it) joins exactly the merges up to that height, so the cut's clusters are
+    those merges' unions and the leaves not merged yet (SciPy's clustering itself not
+    imported)."""
+    n = len(weights)
+    weight = weights.astype(np.float64).tolist() + [0.0] * (n - 1)
+    count: dict[float, int] = {}
+    for w in weight[:n]:
+        count[w] = count.get(w, 0) + 1
+    heights = z[:, 2].tolist()
+    out = []
+    for i, (a, b) in enumerate(z[:, :2].astype(np.int64).tolist()):
+        for w in (weight[a], weight[b]):
+            count[w] -= 1
+            if not count[w]:
+                del count[w]
+        weight[n + i] = weight[a] + weight[b]
+        count[weight[n + i]] = count.get(weight[n + i], 0) + 1
+        if i + 1 == len(heights) or heights[i + 1] != heights[i]:
+            out.append(next(iter(count)) if len(count) == 1 else None)
+    return out
 
 
 def _aligned_sizes(graph, comp: CompiledGraph, order, sizes) -> list[int]:
