@@ -28,7 +28,7 @@ PACKAGE = "nest"
 MAX_LINES = 700
 
 FLOORS = (
-    ("errors", "units", "frozen_graph", "_lazy", "arrays"),
+    ("errors", "units", "frozen_graph", "_lazy", "arrays", "jsontext"),
     ("specs", "degrees"),
     ("parallel",),
     ("frameworks",),

@@ -2,7 +2,7 @@
 # Build the standalone stage-DP fuzz driver (cpp/tests/stage_dp_test.cpp, no pybind11,
 # linked directly against cpp/stage_dp.cpp), the schedule driver
 # (cpp/tests/schedule_test.cpp against cpp/schedule.cpp) and the routing driver
-# (cpp/tests/routing_test.cpp against cpp/routing.cpp) with AddressSanitizer and
+# (cpp/tests/routing_test.cpp against cpp/routing.cpp and cpp/graphs.cpp) with AddressSanitizer and
 # UndefinedBehaviorSanitizer, with OpenMP on and off, and run them. Exits non-zero on any
 # sanitizer finding or failed check.
 #
@@ -34,13 +34,14 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_err
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 
 status=0
-# drive NAME SOURCE ARGS...: build cpp/tests/NAME.cpp against cpp/SOURCE for this mode, run
-# it with ARGS, and record a failure
+# drive NAME "SOURCES" ARGS...: build cpp/tests/NAME.cpp against cpp/SOURCE for each of the
+# space-separated SOURCES for this mode, run it with ARGS, and record a failure
 drive() {
-    local name="$1" source="$2" exe="$build/$1_omp_$mode"
+    local name="$1" exe="$build/$1_omp_$mode" sources=() source
+    for source in $2; do sources+=("$root/cpp/$source"); done
     shift 2
     echo "== building $exe ($cxx, OpenMP $mode)"
-    "$cxx" "${flags[@]}" "${extra[@]}" -I"$root/cpp" "$root/cpp/$source" "$root/cpp/tests/$name.cpp" -o "$exe"
+    "$cxx" "${flags[@]}" "${extra[@]}" -I"$root/cpp" "${sources[@]}" "$root/cpp/tests/$name.cpp" -o "$exe"
     echo "== running $exe $*"
     if ! "$exe" "$@"; then
         echo "sanitize.sh: $name FAILED (OpenMP $mode)" >&2
@@ -55,7 +56,7 @@ for mode in $modes; do
     esac
     drive stage_dp_test stage_dp.cpp "$random" "$hostile" "$seed"
     drive schedule_test schedule.cpp "$random" "$seed"
-    drive routing_test routing.cpp "$random" "$seed"
+    drive routing_test "routing.cpp graphs.cpp" "$random" "$seed"
 done
 if [ "$status" -eq 0 ]; then
     echo "sanitize.sh: no sanitizer findings, every check passed"

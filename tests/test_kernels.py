@@ -6,6 +6,8 @@ weighted costs, labelled sets and repeated labels."""
 import networkx as nx
 import numpy as np
 import pytest
+import scipy.sparse as sp
+from scipy.sparse.csgraph import dijkstra
 
 from nest.network import generators, kernels, paths
 from nest.network.compiled import compile_graph
@@ -154,3 +156,42 @@ def test_compiled_routes_are_numpys(make, nlabels):
         out.append(routing.route(comp, src[:1], src[:1], amount[:1], label[:1], nlabels))  # nothing moves
     for a, b in zip(out[:2], out[2:]):
         assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+def _random_csr(rng, n, m):
+    """A random weighted digraph as SciPy's CSR (duplicate links summed, as scipy does),
+    weights whose path sums depend on their order (thirds, sevenths, tiny offsets)."""
+    u, v = rng.integers(0, n, m), rng.integers(0, n, m)
+    w = rng.choice([1 / 3, 0.1, 0.7, 1e-6 + 1 / 7, 2.0, 3.3], m) * rng.choice([1.0, 1e-3, 1 + 2 ** -40], m)
+    return sp.csr_matrix((w, (u, v)), shape=(n, n))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_compiled_dijkstra_is_scipys(seed):
+    """Distance rows equal scipy.sparse.csgraph.dijkstra's bit for bit (unreachable: inf),
+    on random graphs and on the host-distance weights of a dragonfly and a torus."""
+    rng = np.random.default_rng(seed)
+    for _ in range(60):
+        n = int(rng.integers(1, 50))
+        matrix = _random_csr(rng, n, int(rng.integers(0, 5 * n)))
+        sources = rng.integers(0, n, int(rng.integers(1, 6)))
+        expected = np.atleast_2d(dijkstra(matrix, indices=sources))
+        assert kernels.dijkstra(matrix, sources).tobytes() == expected.tobytes()
+    for graph in (generators.dragonfly(6, 4, 2, global_links=2), generators.torus((3, 4, 5), bandwidth=7e9)):
+        comp = compile_graph(graph)
+        weight = comp.elat + 2.0 ** 20 / comp.link_cap
+        matrix = sp.csr_matrix((weight, (comp.eu, comp.ev)), shape=(len(comp.routers),) * 2)
+        every = np.arange(len(comp.routers))
+        assert kernels.dijkstra(matrix, every).tobytes() == dijkstra(matrix, indices=every).tobytes()
+
+
+def test_compiled_dijkstra_guards():
+    """Weights the kernel's proof does not cover (zero) go to scipy; bad sources raise."""
+    matrix = sp.csr_matrix((np.array([0.0, 1.0]), (np.array([0, 1]), np.array([1, 2]))), shape=(3, 3))
+    matrix.data[0] = 0.0  # an explicit zero scipy keeps
+    assert np.array_equal(kernels.dijkstra(matrix, [0]), np.atleast_2d(dijkstra(matrix, indices=[0])))
+    good = sp.csr_matrix((np.ones(2), (np.array([0, 1]), np.array([1, 2]))), shape=(3, 3))
+    with pytest.raises(ValueError, match="source"):
+        kernels.dijkstra(good, [3])
+    with pytest.raises(ValueError, match="uint8"):
+        kernels.nn_chain_codes(np.zeros((3, 3), dtype=np.int64))

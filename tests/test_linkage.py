@@ -21,10 +21,12 @@ def _codes(rng, n, levels):
     return codes + codes.T
 
 
+@pytest.mark.parametrize("engine", ["cpp", "numpy"])
 @pytest.mark.parametrize("seed", range(6))
-def test_nn_chain_on_codes_is_scipys_linkage(seed):
+def test_nn_chain_on_codes_is_scipys_linkage(seed, engine):
     """Random symmetric distances with few values (ties everywhere: which pair merges
-    first, which cluster a chain prefers, are SciPy's tie rules), irregular values."""
+    first, which cluster a chain prefers, are SciPy's tie rules), irregular values; the
+    compiled chain and the numpy one alike."""
     rng = np.random.default_rng(seed)
     for _ in range(40):
         n = int(rng.integers(2, 70))
@@ -34,7 +36,7 @@ def test_nn_chain_on_codes_is_scipys_linkage(seed):
         dist = values[codes]
         np.fill_diagonal(dist, 0.0)
         expected = linkage(squareform(dist, checks=False), method="complete")
-        assert np.array_equal(nn_chain_complete(codes.copy(), values), expected)
+        assert np.array_equal(nn_chain_complete(codes.copy(), values, engine), expected)
 
 
 def _scipy_dendrogram(make, monkeypatch):
@@ -142,3 +144,24 @@ def test_a_label_seen_before_costs_what_it_cost(monkeypatch):
         for a, b in zip(with_known, fresh):
             assert all(np.array_equal(x, y) for x, y in zip(a, b))
         assert len(routing.compile_graph(graph).routes.known) > 0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_cut_sizes_are_fclusters(seed):
+    """The level sizes' cuts (nest.network.graph._cut_sizes) weigh the flat clusters of
+    SciPy's fcluster at every merge height: ties between heights, uneven leaf weights."""
+    from scipy.cluster.hierarchy import fcluster
+
+    rng = np.random.default_rng(seed)
+    for trial in range(60):
+        n = int(rng.integers(2, 60))
+        dist = (_codes(rng, n, int(rng.integers(1, 5))) + 1).astype(np.float64)
+        np.fill_diagonal(dist, 0.0)
+        z = linkage(squareform(dist, checks=False), method="complete")
+        weights = rng.integers(1, 3, n) if trial % 2 else np.full(n, 4)
+        expected = []
+        for height in np.unique(z[:, 2]):
+            size = np.bincount(fcluster(z, t=height, criterion="distance"), weights=weights)[1:]
+            size = size[size > 0]
+            expected.append(size[0] if (size == size[0]).all() else None)
+        assert graph_net._cut_sizes(z, weights) == expected

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../graphs.hpp"
 #include "../routing.hpp"
 #include "../schedule.hpp"
 #include "../stage_dp.hpp"
@@ -30,6 +31,8 @@ template <>
 const char* dtype_name<int32_t>() { return "int32"; }
 template <>
 const char* dtype_name<float>() { return "float32"; }
+template <>
+const char* dtype_name<uint8_t>() { return "uint8"; }
 
 // Check obj strictly and return a view on its data; `keep` holds the reference.
 template <class T>
@@ -265,6 +268,55 @@ py::array_t<double> label_ratios(const py::object& ptr, const py::object& edge, 
     return out;
 }
 
+py::array_t<double> dijkstra_rows(const py::object& indptr, const py::object& indices, const py::object& data,
+                                  const py::object& sources) {
+    const auto p = view<int32_t>(indptr, "indptr", 1), i = view<int32_t>(indices, "indices", 1);
+    const auto w = view<double>(data, "data", 1);
+    const auto s = view<int64_t>(sources, "sources", 1);
+    if (p.shape[0] < 1) throw py::value_error("indptr: empty");
+    same_length(w, i.shape[0], "data", "link");
+    nest::CsrGraph g;
+    g.n = p.shape[0] - 1;
+    g.indptr = p.data;
+    g.indices = i.data;
+    g.data = w.data;
+    g.nnz = i.shape[0];
+    const int64_t count = s.shape[0];
+    py::array_t<double> out({static_cast<py::ssize_t>(count), static_cast<py::ssize_t>(g.n)});
+    double* dist = out.mutable_data();
+    std::string error;
+    {
+        py::gil_scoped_release release;
+        try {
+            nest::dijkstra_rows(g, s.data, count, dist);
+        } catch (const std::exception& e) {
+            error = e.what();
+        }
+    }
+    if (!error.empty()) throw py::value_error(error);
+    return out;
+}
+
+py::array_t<int64_t> nn_chain_codes(const py::object& codes) {
+    const auto c = view<uint8_t>(codes, "codes", 2);
+    const int64_t n = c.shape[0];
+    if (c.shape[1] != n) throw py::value_error("codes: must be square");
+    py::array_t<int64_t> out({static_cast<py::ssize_t>(n > 0 ? n - 1 : 0), static_cast<py::ssize_t>(3)});
+    int64_t* z = out.mutable_data();
+    auto* data = static_cast<uint8_t*>(py::reinterpret_borrow<py::array>(codes).mutable_data());
+    std::string error;
+    {
+        py::gil_scoped_release release;
+        try {
+            nest::nn_chain_codes(data, n, z);
+        } catch (const std::exception& e) {
+            error = e.what();
+        }
+    }
+    if (!error.empty()) throw py::value_error(error);
+    return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -293,6 +345,12 @@ PYBIND11_MODULE(_core, m) {
           py::arg("cell") = py::none(), py::arg("shift") = py::none(), py::arg("cell_link") = py::none(),
           "Per label, the largest load / capacity of a link under concurrent flows over stored DAGs\n"
           "(nest.network.paths._ratios). Raises ValueError on bad input.");
+    m.def("dijkstra_rows", &dijkstra_rows, py::arg("indptr"), py::arg("indices"), py::arg("data"), py::arg("sources"),
+          "Least path weights from each source over a CSR graph (scipy.sparse.csgraph.dijkstra's floats),\n"
+          "[sources, n] float64. Raises ValueError on bad input.");
+    m.def("nn_chain_codes", &nn_chain_codes, py::arg("codes"),
+          "Complete-linkage nearest-neighbour chain on byte codes of distances (overwritten): [(x, y, code)]\n"
+          "per merge in chain order (nest.network.linkage). Raises ValueError on bad input.");
     m.def("has_openmp", &nest::has_openmp, "Whether the core was compiled with OpenMP.");
     m.def("max_threads", &nest::max_threads, "Default thread count of the core (1 without OpenMP).");
     m.def("default_threads", &nest::default_threads, py::arg("work"),

@@ -1,4 +1,4 @@
-// Standalone checks of cpp/routing.cpp (no pybind11), built and run under AddressSanitizer
+// Standalone checks of cpp/routing.cpp and cpp/graphs.cpp (no pybind11), built and run under AddressSanitizer
 // and UndefinedBehaviorSanitizer by scripts/sanitize.sh.
 //
 //   routing_test [random_instances] [seed]
@@ -8,7 +8,11 @@
 // with the share of the s -> t paths (counted by brute-force enumeration, twins counted as
 // parallel links) that use it, and the longest latency of a shortest path. label_ratios
 // must equal a plain double loop in the same order, bit for bit, with and without the
-// torus translation of entries. Hostile input: every out-of-range index is rejected with
+// torus translation of entries. dijkstra_rows must equal relaxation to the fixed point
+// (Bellman-Ford: every link relaxed until nothing changes) bit for bit, on weights whose
+// path sums depend on their order; nn_chain_codes must make the merges of the chain run
+// on a cluster x cluster matrix of codes updated by max (complete linkage), the same
+// clusters, codes and order. Hostile input: every out-of-range index is rejected with
 // std::invalid_argument.
 #include <algorithm>
 #include <cmath>
@@ -21,6 +25,7 @@
 #include <vector>
 
 #include "checks.hpp"
+#include "graphs.hpp"
 #include "routing.hpp"
 
 namespace {
@@ -244,6 +249,101 @@ void check_ratios(std::mt19937_64& rng, int64_t instance) {
     }
 }
 
+void check_dijkstra(std::mt19937_64& rng, int64_t instance) {
+    const int64_t n = std::uniform_int_distribution<int64_t>(1, 12)(rng);
+    const double weights[] = {1.0 / 3.0, 0.1, 0.7, 1e-6 + 1.0 / 7.0, 2.0, 1e-3, 3.3};
+    std::vector<int32_t> indptr(static_cast<size_t>(n + 1), 0), indices;
+    std::vector<double> data;
+    std::uniform_int_distribution<int> coin(0, 2), pick(0, 6);
+    for (int64_t u = 0; u < n; ++u) {
+        for (int64_t v = 0; v < n; ++v)
+            if (coin(rng) == 0) {
+                indices.push_back(static_cast<int32_t>(v));
+                data.push_back(weights[pick(rng)]);
+            }
+        indptr[static_cast<size_t>(u + 1)] = static_cast<int32_t>(indices.size());
+    }
+    nest::CsrGraph g;
+    g.n = n;
+    g.indptr = indptr.data();
+    g.indices = indices.data();
+    g.data = data.data();
+    g.nnz = static_cast<int64_t>(indices.size());
+    std::vector<int64_t> sources;
+    for (int64_t s = 0; s < n; ++s) sources.push_back(s);
+    std::vector<double> dist(static_cast<size_t>(n * n));
+    nest::dijkstra_rows(g, sources.data(), n, dist.data());
+    const double inf = std::numeric_limits<double>::infinity();
+    for (int64_t s = 0; s < n; ++s) {
+        std::vector<double> d(static_cast<size_t>(n), inf);
+        d[static_cast<size_t>(s)] = 0.0;
+        for (bool changed = true; changed;) {
+            changed = false;
+            for (int64_t u = 0; u < n; ++u)
+                for (int32_t e = indptr[u]; e < indptr[u + 1]; ++e)
+                    if (d[u] + data[e] < d[indices[e]]) {
+                        d[indices[e]] = d[u] + data[e];
+                        changed = true;
+                    }
+        }
+        for (int64_t v = 0; v < n; ++v)
+            check(dist[static_cast<size_t>(s * n + v)] == d[static_cast<size_t>(v)],
+                  "dijkstra instance " + std::to_string(instance) + ": d(" + std::to_string(s) + ", " +
+                      std::to_string(v) + ") is the fixed point's");
+    }
+}
+
+// The chain on a cluster x cluster matrix (scipy's nn_chain with complete linkage's update).
+std::vector<int64_t> chain_on_matrix(std::vector<uint8_t> d, int64_t n) {
+    std::vector<int64_t> size(static_cast<size_t>(n), 1), chain, z;
+    for (int64_t k = 0; k + 1 < n; ++k) {
+        if (chain.empty())
+            for (int64_t i = 0; i < n; ++i)
+                if (size[i] > 0) {
+                    chain.push_back(i);
+                    break;
+                }
+        int64_t x, y = -1;
+        int current;
+        while (true) {
+            x = chain.back();
+            current = 256;
+            if (chain.size() > 1) {
+                y = chain[chain.size() - 2];
+                current = d[x * n + y];
+            }
+            for (int64_t i = 0; i < n; ++i)
+                if (size[i] > 0 && i != x && d[x * n + i] < current) {
+                    current = d[x * n + i];
+                    y = i;
+                }
+            if (chain.size() > 1 && y == chain[chain.size() - 2]) break;
+            chain.push_back(y);
+        }
+        chain.resize(chain.size() - 2);
+        if (x > y) std::swap(x, y);
+        z.insert(z.end(), {x, y, current});
+        size[y] += size[x];
+        size[x] = 0;
+        for (int64_t i = 0; i < n; ++i)
+            if (size[i] > 0 && i != y) d[i * n + y] = d[y * n + i] = std::max(d[i * n + x], d[i * n + y]);
+    }
+    return z;
+}
+
+void check_chain(std::mt19937_64& rng, int64_t instance) {
+    const int64_t n = std::uniform_int_distribution<int64_t>(1, 30)(rng);
+    const int levels = std::uniform_int_distribution<int>(1, 6)(rng);
+    std::uniform_int_distribution<int> code(0, levels - 1);
+    std::vector<uint8_t> codes(static_cast<size_t>(n * n), 0);
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = i + 1; j < n; ++j) codes[i * n + j] = codes[j * n + i] = static_cast<uint8_t>(code(rng));
+    const auto expected = chain_on_matrix(codes, n);
+    std::vector<int64_t> z(static_cast<size_t>(3 * std::max<int64_t>(n - 1, 0)));
+    nest::nn_chain_codes(codes.data(), n, z.data());
+    check(z == expected, "chain instance " + std::to_string(instance) + ": the merges of the matrix chain");
+}
+
 template <class F>
 void expect_invalid(F f, const std::string& what) {
     bool thrown = false;
@@ -291,6 +391,24 @@ void check_hostile() {
     d.ptr = bad_ptr.data();
     expect_invalid([&] { nest::label_ratios(d, ids.data(), amount.data(), labels.data(), 2, 2, capacity.data(), 2,
                                             ratio.data()); }, "entries beyond the store");
+    std::vector<int32_t> indptr = {0, 1, 1}, indices = {1}, far_indices = {2};
+    std::vector<double> weight = {1.0}, zero_weight = {0.0};
+    nest::CsrGraph csr;
+    csr.n = 2;
+    csr.indptr = indptr.data();
+    csr.indices = indices.data();
+    csr.data = weight.data();
+    csr.nnz = 1;
+    std::vector<double> dist(2);
+    expect_invalid([&] { nest::dijkstra_rows(csr, &big, 1, dist.data()); }, "a source out of range");
+    csr.indices = far_indices.data();
+    expect_invalid([&] { nest::dijkstra_rows(csr, &zero, 1, dist.data()); }, "a link's head out of range");
+    csr.indices = indices.data();
+    csr.data = zero_weight.data();
+    expect_invalid([&] { nest::dijkstra_rows(csr, &zero, 1, dist.data()); }, "a weight that is not positive");
+    std::vector<uint8_t> reserved = {0, 255, 255, 0};
+    std::vector<int64_t> merges(3);
+    expect_invalid([&] { nest::nn_chain_codes(reserved.data(), 2, merges.data()); }, "the reserved code 255");
 }
 
 }  // namespace
@@ -303,6 +421,8 @@ int main(int argc, char** argv) {
         check_dags(random_graph(rng), i);
         check_shares(rng, i);
         check_ratios(rng, i);
+        check_dijkstra(rng, i);
+        check_chain(rng, i);
     }
     check_hostile();
     std::printf("routing_test: %lld checks, %lld failures\n", static_cast<long long>(g_checks),

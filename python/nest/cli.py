@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from . import __version__
 from .cli_args import LIMIT_FLAGS, add_limits, fraction, int_list, narrowed_limits, non_negative, positive_int
+from .jsontext import dumps_indented
 from .errors import InfeasibleError, SpecError
 from .degrees import DEFAULT_ORDER, RECOMPUTE_MODES, SpaceLimits
 from .specs import FP8_RECIPES, FRAMEWORKS, MOE_DISPATCHERS, MOMENT_BYTES, OFFLOAD_HANDLERS
@@ -297,7 +298,7 @@ def _print_plan(plan, args) -> None:
         for note in launch_notes(document, args.emit):
             print(f"nest: note: {note}", file=sys.stderr)
     elif args.json:
-        print(json.dumps(plan.to_dict(), indent=2))
+        print(dumps_indented(plan.to_dict()))  # json.dumps(..., indent=2), faster
     else:
         print(render(plan, args.command))
 
@@ -426,7 +427,7 @@ def _simulate(args, result, scenario) -> int:
     if args.json:
         doc = result.to_dict()
         doc["simulation"] = sim.to_dict()
-        print(json.dumps(doc, indent=2))
+        print(dumps_indented(doc))
     else:
         _print_plan(result, args)
         print()

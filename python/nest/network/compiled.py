@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.csgraph import connected_components, dijkstra
 
 from ..errors import SpecError
 from ..frozen_graph import read_only_graph
 from ..units import GB
+from . import kernels
 from .structure import Structure, structure_of
 
 NODE_KEYS = {"kind", "index", "name", "host"}
@@ -198,9 +198,9 @@ def _check_nodes(graph) -> list:
 
 def _check_connected(graph, nodes: list, u: np.ndarray, v: np.ndarray) -> None:
     n = len(nodes)
-    count, _ = connected_components(sp.csr_matrix((np.ones(len(u)), (u, v)), shape=(n, n)), directed=True,
-                                        connection="weak")
-    if count > 1:
+    # weakly connected: every node reached from node 0 over the links taken both ways
+    both = sp.csr_matrix((np.ones(2 * len(u)), (np.r_[u, v], np.r_[v, u])), shape=(n, n))
+    if n > 1 and not np.isfinite(kernels.dijkstra(both, [0])).all():
         import networkx as nx
 
         und = graph.to_undirected(as_view=True) if graph.is_directed() else graph
@@ -275,7 +275,7 @@ def compile_graph(graph) -> CompiledGraph:
                          link_cap, structure_of(graph), mult)
     if directed:  # every device must reach every other one
         src = np.unique(router_of)
-        dist = dijkstra(cost_matrix, indices=src)
+        dist = kernels.dijkstra(cost_matrix, src)
         bad = ~np.isfinite(dist[:, src])
         if bad.any():
             s, t = np.argwhere(bad)[0]

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.csgraph import dijkstra
 
 from ..errors import SpecError
 from ..frozen_graph import read_only_graph
 from ..specs import ClusterSpec, Tier
 from ..units import MiB
+from . import kernels
 from .routing import CompiledGraph, compile_graph, group_rows, route, route_one
 from .symmetry import circulant, router_symmetry
 
@@ -43,10 +43,10 @@ def _host_distances(comp: CompiledGraph) -> tuple[np.ndarray, np.ndarray]:
     if sym is None:
         from scipy.spatial.distance import squareform
 
-        dist = np.atleast_2d(dijkstra(matrix, indices=hosts))[:, hosts]
+        dist = kernels.dijkstra(matrix, hosts)[:, hosts]
         return hosts, squareform(np.maximum(dist, dist.T), checks=False) if n > 1 else np.zeros(0)
     seeds, which = np.unique(sym.canonical_of[hosts], return_inverse=True)
-    rows = np.atleast_2d(dijkstra(matrix, indices=seeds))
+    rows = kernels.dijkstra(matrix, seeds)
     which = which.ravel()
     condensed = np.empty(n * (n - 1) // 2)
     shifted = circulant(sym, rows[0]) if n == nr else None
@@ -68,11 +68,11 @@ def _host_distances(comp: CompiledGraph) -> tuple[np.ndarray, np.ndarray]:
     return hosts, condensed
 
 
-_CODED_HOSTS = 8192
+_CODED_HOSTS = 2048
 """Hosts from which a torus clusters on byte codes of its distances
-(:func:`~nest.network.linkage.nn_chain_complete`) instead of SciPy's float64 condensed
-matrix (1 GiB at 16384 chips, and SciPy's copy of it). Below, SciPy's compiled loop is
-the faster (4096 chips: 0.45 s against 0.64 s; 8192: 2.5 s against 1.7 s)."""
+(:func:`~nest.network.linkage.nn_chain_complete`, its chain compiled) instead of SciPy's
+float64 condensed matrix (1 GiB at 16384 chips, and SciPy's copy of it): 4096 chips
+0.45 s -> 0.15 s, 16384 chips 4.6 s (the chain in numpy) -> 1.3 s."""
 
 
 def _torus_codes(comp: CompiledGraph):
@@ -89,7 +89,7 @@ def _torus_codes(comp: CompiledGraph):
         return None
     weight = comp.elat + _MEBIBYTE / comp.link_cap
     matrix = sp.csr_matrix((weight, (comp.eu, comp.ev)), shape=(len(hosts), len(hosts)))
-    row = dijkstra(matrix, indices=int(sym.canonical_of[hosts[0]]))
+    row = kernels.dijkstra(matrix, [int(sym.canonical_of[hosts[0]])])[0]
     shifted = circulant(sym, row)
     if shifted is None:
         return None
@@ -101,9 +101,11 @@ def _torus_codes(comp: CompiledGraph):
     # router 0, as _host_distances reads it: every row a slice of the doubled grid of codes
     grid = tuple(sym.sizes.tolist())
     doubled = np.tile(codes.astype(np.uint8).reshape(grid), (2,) * len(grid))
-    rows = np.empty((len(hosts), len(hosts)), dtype=np.uint8)
-    for i, c in enumerate(np.stack(np.unravel_index(np.arange(len(hosts)), grid), axis=1).tolist()):
-        rows[i] = doubled[tuple(slice(k - x, 2 * k - x) for k, x in zip(grid, c))].ravel()
+    # row i: the window of the doubled grid starting at k - x per axis (x: i's coordinates),
+    # every window gathered in one copy
+    windows = np.lib.stride_tricks.sliding_window_view(doubled, grid)
+    coords = np.unravel_index(np.arange(len(hosts)), grid)
+    rows = windows[tuple(k - x for k, x in zip(grid, coords))].reshape(len(hosts), len(hosts))
     return hosts, rows, values
 
 
@@ -115,8 +117,6 @@ def _dendrogram(comp: CompiledGraph):
     the same linkage."""
     if "dendrogram" in comp.cache:
         return comp.cache["dendrogram"]
-    from scipy.cluster.hierarchy import linkage
-
     from .linkage import nn_chain_complete
 
     coded = _torus_codes(comp)
@@ -131,7 +131,12 @@ def _dendrogram(comp: CompiledGraph):
     if n == 1:
         out = (hosts, None, np.zeros(1, dtype=np.int64))
     else:
-        z = linkage(dist, method="complete") if dist is not None else nn_chain_complete(rows, values)
+        if dist is not None:
+            from scipy.cluster.hierarchy import linkage  # imported only here: 0.2 s of start-up
+
+            z = linkage(dist, method="complete")
+        else:
+            z = nn_chain_complete(rows, values)
         del dist
         smallest = np.concatenate((first[hosts], np.zeros(n - 1, dtype=np.int64)))
         children = z[:, :2].astype(np.int64)
@@ -203,14 +208,9 @@ def level_sizes(graph, order=None) -> tuple[int, ...]:
     if (per_host == per_host[0]).all() and per_host[0] > 1:
         sizes.append(int(per_host[0]))
     if z is not None:
-        from scipy.cluster.hierarchy import fcluster
-
-        for height in np.unique(z[:, 2]):
-            label = fcluster(z, t=height, criterion="distance")
-            size = np.bincount(label, weights=per_host)[1:]
-            size = size[size > 0]
-            if (size == size[0]).all():
-                s = int(size[0])
+        for size in _cut_sizes(z, per_host):
+            if size is not None:
+                s = int(size)
                 if (not sizes or (s > sizes[-1] and s % sizes[-1] == 0)) and s <= n_dev:
                     sizes.append(s)
     if not sizes or sizes[-1] != n_dev:
@@ -218,6 +218,33 @@ def level_sizes(graph, order=None) -> tuple[int, ...]:
     if order is not None:
         sizes = _aligned_sizes(graph, comp, order, sizes)
     return tuple(sizes)
+
+
+def _cut_sizes(z: np.ndarray, weights: np.ndarray) -> list:
+    """Per distinct merge height of the linkage ``z`` (ascending), the weight every flat
+    cluster of the cut at that height has (``weights`` of the leaves summed), or None when
+    they differ. ``fcluster(z, t=height, criterion="distance")`` of a monotonic linkage
+    (complete linkage is: the rows ascend and every merge is at least as high as the
+    merges under it) joins exactly the merges up to that height, so the cut's clusters are
+    those merges' unions and the leaves not merged yet (SciPy's clustering itself not
+    imported)."""
+    n = len(weights)
+    weight = weights.astype(np.float64).tolist() + [0.0] * (n - 1)
+    count: dict[float, int] = {}
+    for w in weight[:n]:
+        count[w] = count.get(w, 0) + 1
+    heights = z[:, 2].tolist()
+    out = []
+    for i, (a, b) in enumerate(z[:, :2].astype(np.int64).tolist()):
+        for w in (weight[a], weight[b]):
+            count[w] -= 1
+            if not count[w]:
+                del count[w]
+        weight[n + i] = weight[a] + weight[b]
+        count[weight[n + i]] = count.get(weight[n + i], 0) + 1
+        if i + 1 == len(heights) or heights[i + 1] != heights[i]:
+            out.append(next(iter(count)) if len(count) == 1 else None)
+    return out
 
 
 def _aligned_sizes(graph, comp: CompiledGraph, order, sizes) -> list[int]:

@@ -86,3 +86,27 @@ def label_ratios(ptr: np.ndarray, edge: np.ndarray, frac: np.ndarray, ids: np.nd
                                 np.ascontiguousarray(frac, dtype=np.float64), i64(ids),
                                 np.ascontiguousarray(amount, dtype=np.float64), i64(label), int(nlabels),
                                 np.ascontiguousarray(capacity, dtype=np.float64), *extra)
+
+
+def dijkstra(matrix, indices) -> np.ndarray:
+    """``scipy.sparse.csgraph.dijkstra(matrix, indices=indices)`` compiled (the same floats:
+    a distance is the unique least fixed point of ``d(v) = min d(u) + w``, each sum rounded
+    once, whatever order the vertices settle in), ``[len(indices), n]``, its rows computed
+    in parallel. ``matrix``: a ``scipy.sparse.csr_matrix`` of positive finite weights
+    (each stored entry a link, as scipy reads it; other weights go to scipy)."""
+    sources = np.ascontiguousarray(np.atleast_1d(indices), dtype=np.int64)
+    if not (np.isfinite(matrix.data) & (matrix.data > 0)).all():  # what the kernel's proof needs
+        from scipy.sparse.csgraph import dijkstra as scipy_dijkstra
+
+        return np.atleast_2d(scipy_dijkstra(matrix, indices=sources))
+    i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)  # noqa: E731
+    return _core().dijkstra_rows(i32(matrix.indptr), i32(matrix.indices),
+                                 np.ascontiguousarray(matrix.data, dtype=np.float64), sources)
+
+
+def nn_chain_codes(rows: np.ndarray) -> np.ndarray:
+    """The merges ``[(x, y, code)]`` of :func:`nest.network.linkage.nn_chain_complete`'s chain
+    on the ``n x n`` ``uint8`` codes ``rows`` (overwritten), in the order it makes them."""
+    if rows.dtype != np.uint8 or not rows.flags.c_contiguous or not rows.flags.writeable:
+        raise ValueError("rows: must be a writeable C-contiguous uint8 array")
+    return _core().nn_chain_codes(rows)

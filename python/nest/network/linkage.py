@@ -18,18 +18,28 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernels
+from .kernels import DEFAULT_ENGINE
+
 MAX_CODES = 255
 """Distinct distance values the byte codes can hold (255 is the inactive mark)."""
 
 _INACTIVE = np.uint8(255)
 
 
-def nn_chain_complete(rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+def nn_chain_complete(rows: np.ndarray, values: np.ndarray, engine: str = DEFAULT_ENGINE) -> np.ndarray:
     """The linkage matrix of :func:`scipy.cluster.hierarchy.linkage` with ``method="complete"``
     for ``n`` points whose distance ``d(i, j)`` is ``values[rows[i, j]]`` (``rows``: ``n x n``
     symmetric ``uint8`` codes, ascending with the distance; ``values`` strictly ascending;
-    the diagonal is not read). ``rows`` is overwritten."""
+    the diagonal is not read). ``rows`` is overwritten. ``engine``: the chain's loop
+    compiled (``"cpp"``, :func:`nest.network.kernels.nn_chain_codes`) or the numpy
+    reference below, the same merges."""
     n = len(rows)
+    if engine == "cpp":
+        z = np.zeros((max(n - 1, 0), 4))
+        z[:, :3] = kernels.nn_chain_codes(rows)
+        return _scipy_form(z, n, values)
+    kernels.check_engine(engine)
     z = np.empty((n - 1, 4))
     size = np.ones(n, dtype=np.int64)
     # points grouped by cluster, clusters by index: block c holds cluster c's points

@@ -26,8 +26,6 @@ engine, the reference they match float for float.
 from __future__ import annotations
 
 import numpy as np
-from scipy.sparse.csgraph import dijkstra
-
 from . import kernels
 from .compiled import CompiledGraph
 from .kernels import DEFAULT_ENGINE
@@ -173,7 +171,7 @@ class DistanceRows:
         step = max(1, _ROW_ELEMENTS // self.buffer.shape[1])
         for at in range(0, len(new), step):
             part = new[at:at + step]
-            dist = np.atleast_2d(dijkstra(self.matrix, indices=np.array(part, dtype=np.int64)))
+            dist = kernels.dijkstra(self.matrix, np.array(part, dtype=np.int64))
             used = len(self.index)
             if used + len(part) > len(self.buffer):
                 grown = np.zeros((max(used + len(part), 2 * len(self.buffer)), self.buffer.shape[1]),
