@@ -149,6 +149,10 @@ def test_mxfp8_plan_reaches_the_megatron_launch(capsys):
     assert plan["job"]["fp8_recipe"] == "mxfp8" and plan["parallelism"]["zero"] == 1
     got = assert_round_trip(plan, "megatron")
     assert got["args"]["--fp8-recipe"] == "mxfp8" and got["args"]["--reuse-grad-buf-for-mxfp8-param-ag"] is True
+    # the report's job line names the recipe and the FP8 weights
+    assert main(args) == 0
+    assert "job: global batch 512 x seq 8192 tokens, fp8 (mxfp8 scaling, FP8 weights), for Megatron-LM" in \
+        capsys.readouterr().out
     assert main(["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--devices", "64", "--dtype", "fp8",
                  "--fp8-recipe", "mxfp8"]) == 2
     assert capsys.readouterr().err.startswith("nest: error: job.fp8_recipe = 'mxfp8': device h100-sxm has no MXFP8 "

@@ -93,6 +93,8 @@ def render(plan: Plan, command: str = "plan") -> str:
         f"nest {command}: {m['name']} ({m['parameters'] / 1e9:.2f}B parameters) on {c['name']} "
         f"({c['devices']} x {c['device']})",
         f"job: global batch {j['global_batch']} x seq {j['seq_len']} tokens, {j['dtype']}"
+        + (f" ({j.get('fp8_recipe', 'delayed')} scaling{', FP8 weights' if j.get('fp8_param_gather') else ''})"
+           if j["dtype"] == "fp8" else "")
         + ("" if j.get("framework", "any") == "any" else f", for {framework(j['framework']).version}"),
         "",
         f"parallelism: TP {p['tp']}  PP {p['pp']}  DP {p['dp']}  CP {p['cp']}  EP {p['ep']}  "
