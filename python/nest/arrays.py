@@ -35,7 +35,6 @@ def setdiff(values, others) -> np.ndarray:
     return values[~isin(values, others)]
 
 
-
 def distinct_rows(*columns) -> tuple[np.ndarray, np.ndarray]:
     """``(first, inverse)`` of the rows formed by equal-length 1-D integer columns:
     ``first`` the index of each distinct row's first occurrence, ``inverse`` each row's

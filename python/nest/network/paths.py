@@ -26,6 +26,7 @@ engine, the reference they match float for float.
 from __future__ import annotations
 
 import numpy as np
+
 from . import kernels
 from .compiled import CompiledGraph
 from .kernels import DEFAULT_ENGINE
