@@ -12,7 +12,8 @@ from nest.specs import JobSpec
 
 
 def test_plausibility_view_holds_the_plan_against_published_runs():
-    assert device_family("h200") == device_family("h100-sxm") == "h100" and device_family("b200") is None
+    assert device_family("h200") == device_family("h100-sxm") == "h100" and device_family("tpuv4") is None
+    assert (device_family("gb200"), device_family("b200")) == ("gb200", "b200")
     assert best_published("h100-sxm", True, "fp8").run.startswith("Qwen3-235B")
     assert best_published("a100-80gb", False, "fp16") is best_published("a100-80gb", False, "bf16")
     assert len({(r.family, r.moe, r.dtype) for r in PUBLISHED}) == len(PUBLISHED)
@@ -25,3 +26,17 @@ def test_plausibility_view_holds_the_plan_against_published_runs():
     assert (f"this plan is {ratio:.2f}x that: optimistic" in text) == (ratio > 1)
     graph = nest.plan("llama2-7b", nest.load_cluster("tpuv4-torus", devices=64), JobSpec(global_batch=64, seq_len=1024))
     assert graph.published_reference is None and "fastest published" not in render(graph)
+
+
+def test_blackwell_plans_meet_bridges_blackwell_runs():
+    """GB200 plans are held against Megatron-Bridge's fastest DGX-GB200 rows (nest's
+    Blackwell compute is optimistic: bench/fidelity/results.md), FP8 and MXFP8 alike, and
+    B200 MoE plans against the DGX-B200 rows; dense B200 has no published row here."""
+    assert best_published("gb200", False, "fp8").tflops_per_gpu == 2144.0
+    assert best_published("gb200", True, "fp8").run.startswith("DeepSeek-V3 on 256 GB200s")
+    assert best_published("b200", True, "bf16").run.startswith("GPT-OSS 120B on 64 B200s")
+    assert best_published("b200", False, "bf16") is None
+    job = JobSpec(global_batch=256, seq_len=8192, dtype="fp8", fp8_recipe="mxfp8")
+    plan = nest.plan("llama3-70b", nest.load_cluster("gb200-nvl72", devices=72), job)
+    assert plan.published_reference.family == "gb200"
+    assert "fastest published dense fp8 run on GB200: 2144, Llama 3.1 405B on 256 GB200s" in render(plan)

@@ -16,6 +16,12 @@ BRIDGE_2602 = ("Megatron-Bridge docs/performance-summary.md, 26.02 NeMo containe
                "https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/main/docs/performance-summary.md")
 
 
+def _bridge_archive(release: str) -> str:
+    """The source of a row of Bridge's archived performance tables of ``release``."""
+    return (f"Megatron-Bridge docs/performance-summary-archive.md, {release} NeMo container tables (commit "
+            "067f987df): https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/main/docs/performance-summary-archive.md")
+
+
 @dataclass(frozen=True)
 class PublishedRun:
     """One published run: ``family`` of its device, whether the model is a MoE, the dtype
@@ -39,15 +45,26 @@ PUBLISHED = (
     PublishedRun("h100", True, "fp8", 242.0, "Qwen3-235B-A22B on 256 H100s, TP2 PP8 VP4 EP32", BRIDGE_2602),
     PublishedRun("h100", True, "bf16", 276.0, "Qwen3-235B-A22B on 256 H100s, TP2 PP8 VP4 EP32, DeepEP, 1F1B "
                  "overlap", "yanring/Megatron-MoE-ModelZoo best_practice/qwen3/readme.md (H100 table, e865051)"),
+    # Blackwell: Bridge's DGX-GB200 and DGX-B200 tables (the fastest row of each kind over
+    # releases 26.02 to 26.08; "fp8" counts MXFP8 and FP8 current scaling alike)
+    PublishedRun("gb200", False, "fp8", 2144.0, "Llama 3.1 405B on 256 GB200s, TP4 PP16 VP4, FP8 current scaling",
+                 _bridge_archive("26.04.01")),
+    PublishedRun("gb200", True, "fp8", 1292.0, "DeepSeek-V3 on 256 GB200s, PP4 VP4 EP64, MXFP8",
+                 _bridge_archive("26.06")),
+    PublishedRun("gb200", True, "bf16", 452.0, "GPT-OSS 120B on 64 GB200s, EP64", _bridge_archive("26.04.01")),
+    PublishedRun("b200", True, "fp8", 864.0, "DeepSeek-V3 on 256 B200s, PP8 VP2 EP32, MXFP8",
+                 _bridge_archive("26.04.01")),
+    PublishedRun("b200", True, "bf16", 373.0, "GPT-OSS 120B on 64 B200s, EP8", _bridge_archive("26.02.01")),
 )
 """The runs, at most one per (family, moe, dtype): the fastest we found published."""
 
-_FAMILIES = {"a100": ("a100",), "h100": ("h100", "h200")}
+_FAMILIES = {"a100": ("a100",), "h100": ("h100", "h200"), "gb200": ("gb200",), "b200": ("b200",)}
 
 
 def device_family(device_name: str) -> str | None:
     """The family of a device preset name (``h100-sxm`` and ``h200`` share the H100's
-    tensor cores), or None for devices without published runs here."""
+    tensor cores; the GB200 and the B200 differ in power and clocks), or None for devices
+    without published runs here."""
     name = device_name.lower()
     return next((family for family, prefixes in _FAMILIES.items() if name.startswith(prefixes)), None)
 
