@@ -51,20 +51,8 @@ def _scalar(o) -> str:
 
 
 def _key(k) -> str:
-    """A dict key as ``json`` writes it (strings, and the scalars it converts)."""
-    if isinstance(k, str):
-        return encode_basestring_ascii(k)
-    if isinstance(k, float):
-        return encode_basestring_ascii(_float(k))
-    if k is True:
-        return '"true"'
-    if k is False:
-        return '"false"'
-    if k is None:
-        return '"null"'
-    if isinstance(k, int):
-        return encode_basestring_ascii(int.__repr__(k))
-    raise _Unsupported
+    """A dict key as ``json`` writes it: a string, or the text of the scalar it converts."""
+    return encode_basestring_ascii(k if isinstance(k, str) else _scalar(k))
 
 
 def _reject(o):

@@ -1,4 +1,5 @@
-"""The only door to the compiled core ``nest._core``: the stage DP and the schedule.
+"""The stage DP and the schedule on the compiled core ``nest._core`` (loaded by
+:func:`nest.network.kernels.load_core`, its one loader), or in pure Python.
 
 The stage DP runs on a :class:`~nest.dp.problem.DPProblem` with a chosen engine.
 
@@ -11,10 +12,9 @@ Two engines solve exactly the same problem and return identical arrays:
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
+from ..network.kernels import load_core
 from . import reference as dp_reference
 from .problem import DPProblem, DPResult
 
@@ -23,26 +23,8 @@ ENGINES = ("cpp", "python")
 
 
 def _core():
-    """The compiled module, with a clear error if the package was not built.
-
-    Its OpenMP threads wait passively (``OMP_WAIT_POLICY=PASSIVE`` unless the user set a
-    policy): libgomp reads the variable when the core loads it, and spinning threads at a
-    barrier take cores from the thread they wait for, and from other processes, whenever
-    the machine is busy. Loaded once (every solve and schedule asks for it)."""
-    global _loaded
-    if _loaded is None:
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        try:
-            from .. import _core
-        except ImportError as error:  # pragma: no cover - only without a build
-            raise ImportError(
-                "nest._core (the compiled stage DP) is not available; install the package "
-                "with `pip install .` or use engine='python'") from error
-        _loaded = _core
-    return _loaded
-
-
-_loaded = None  # nest._core once _core() has loaded it
+    """The compiled module, for the stage DP and the schedule (:func:`load_core`)."""
+    return load_core("the compiled stage DP", "engine='python'")
 
 
 def solve(problem: DPProblem, engine: str = "cpp", threads: int | None = None) -> DPResult:

@@ -21,24 +21,32 @@ ENGINES = ("cpp", "numpy")
 
 DEFAULT_ENGINE = "cpp"
 
-_loaded = None  # nest._core once _core() has loaded it
+_loaded = None  # nest._core once load_core() has loaded it
 
 
-def _core():
-    """The compiled module (loaded once), its OpenMP threads waiting passively unless the
-    user set a policy (as :func:`nest.dp.engine._core` does: whichever door opens the core
-    first decides it)."""
+def load_core(what: str, fallback: str):
+    """The compiled module ``nest._core``, loaded once for both its users (this module's
+    routing kernels and :mod:`nest.dp.engine`'s stage DP and schedule), with a clear
+    error naming ``what`` needed it and the ``fallback`` engine if the package was not
+    built. Its OpenMP threads wait passively (``OMP_WAIT_POLICY=PASSIVE`` unless the user
+    set a policy): libgomp reads the variable when the core loads it, and spinning threads
+    at a barrier take cores from the thread they wait for, and from other processes,
+    whenever the machine is busy."""
     global _loaded
     if _loaded is None:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         try:
             from .. import _core
         except ImportError as error:  # pragma: no cover - only without a build
-            raise ImportError(
-                "nest._core (the compiled routing kernels) is not available; install the package "
-                "with `pip install .` or use engine='numpy'") from error
+            raise ImportError(f"nest._core ({what}) is not available; install the package with `pip install .` "
+                              f"or use {fallback}") from error
         _loaded = _core
     return _loaded
+
+
+def _core():
+    """The compiled module, for the routing kernels (:func:`load_core`)."""
+    return load_core("the compiled routing kernels", "engine='numpy'")
 
 
 def check_engine(engine: str) -> str:
