@@ -5,6 +5,7 @@ from dataclasses import replace
 import pytest
 
 import nest
+from nest import planner
 from nest.parallel import SpaceLimits
 from nest.presets.clusters import CLUSTERS
 from nest.specs import JobSpec, ModelSpec
@@ -219,3 +220,24 @@ def test_stage_params_are_the_parameters_each_rank_holds():
                            sp=True, layers_per_stage=split)
     for half, full in zip(halves.stages, whole.stages):
         assert full.params / 2 <= half.params < full.params / 2 * 1.001
+
+
+def test_search_counts_survive_a_polished_runner_up(monkeypatch):
+    """When polishing lifts a runner-up above the search's winner, the plan still reports
+    the search's counts (a runner-up's own outcome carries none: the report said "0
+    candidates solved ... of 0 priced" on a torus plan)."""
+    cluster = nest.load_cluster("dgx-h100", devices=64)
+    searched = nest.plan("llama3-70b", cluster)
+    assert searched.candidates_evaluated > 0 and searched.candidates_total >= searched.candidates_evaluated
+    real, polished = planner.polish, []
+
+    def winner_polishes_worst(scn, cand, problem, local, ends, engine):
+        ends, seconds = real(scn, cand, problem, local, ends, engine)
+        polished.append(cand)
+        return ends, seconds * (10.0 if len(polished) == 1 else 1.0)
+
+    monkeypatch.setattr(planner, "polish", winner_polishes_worst)
+    lifted = nest.plan("llama3-70b", cluster)
+    assert len(polished) > 1 and lifted.parallelism != searched.parallelism
+    assert (lifted.candidates_evaluated, lifted.candidates_total) == (searched.candidates_evaluated,
+                                                                      searched.candidates_total)

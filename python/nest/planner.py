@@ -141,12 +141,14 @@ def _searched_plan(scn: Scenario, limits: SpaceLimits, engine: str, threads: int
     """The search's plan (polished as :func:`plan` documents)."""
     with _priceable(scn):
         outcome = search(scn, limits, engine, threads, ranking, every_device)
+    # the search's counts: a runner-up that polishing lifts above the winner has none
+    evaluated, total = outcome.evaluated, outcome.total
     ends = outcome.split()
     if ranking == "schedule" and outcome.ends is None:  # a framework's own splits are not polished
         outcome, ends = _best_polished(scn, [outcome, *outcome.runners_up], engine)
     return build_plan(scn, outcome.candidate, outcome.problem, outcome.local, ends,
-                      solve_time=time.perf_counter() - started, evaluated=outcome.evaluated,
-                      engine=engine, candidates_total=outcome.total, threads=threads)
+                      solve_time=time.perf_counter() - started, evaluated=evaluated,
+                      engine=engine, candidates_total=total, threads=threads)
 
 
 def _idle_reason(scn: Scenario, limits: SpaceLimits, engine: str, threads: int | None, ranking: str,
