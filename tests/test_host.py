@@ -10,6 +10,9 @@ from nest.cost import host
 from nest.cost.compute import KernelModel
 from nest.cost.nodes import NodeCostModel
 from nest.parallel import ConfigArrays, LayerConfig
+from nest.inputs.loading import host_from_mapping
+from nest.presets.devices import DEVICES
+from nest.presets.hosts import HOSTS
 from nest.presets.models import MODELS
 from nest.specs import JobSpec, ModelSpec
 
@@ -17,10 +20,10 @@ H100 = nest.load_cluster("dgx-h100", devices=64)
 TINY = ModelSpec(name="tiny", num_layers=4, hidden=256, num_heads=8, ffn_hidden=1024, vocab_size=1024, seq_len=256)
 
 
-def _row(model, job, config, kind, gpu_only=False, monkeypatch=None):
+def _row(model, job, config, kind, gpu_only=False, monkeypatch=None, device=H100.device):
     if gpu_only:
         monkeypatch.setattr(host, "HOST_OP_S", 0.0)
-    table = NodeCostModel(model, job, KernelModel.for_job(H100.device, job)).table(kind, ConfigArrays.of([config]))
+    table = NodeCostModel(model, job, KernelModel.for_job(device, job)).table(kind, ConfigArrays.of([config]))
     if gpu_only:
         monkeypatch.undo()
     return {name: float(np.asarray(table[name]).ravel()[0]) for name in ("fwd_s", "bwd_s", "recompute_s", "host_s")}
@@ -36,6 +39,30 @@ def test_a_small_dense_layer_runs_at_the_hosts_pace(monkeypatch):
     assert row["fwd_s"] == pytest.approx(77 * 12e-6) and row["bwd_s"] == pytest.approx(95 * 12e-6)
     assert row["host_s"] == pytest.approx(row["fwd_s"] + row["bwd_s"] - gpu["fwd_s"] - gpu["bwd_s"])
 
+
+
+@pytest.mark.parametrize("device, slowdown", [("gb200", 37.08 / 13.48), ("gh200", 33.17 / 13.48), ("b200", 1.0)])
+def test_a_grace_host_dispatches_each_call_slower(monkeypatch, device, slowdown):
+    """TransformerEngine issue #2053's like-for-like call (one torch.nn.Linear forward):
+    37.08 us of CPU on GB200's Grace, 33.17 us on GH200's, 13.48 us on a DGX H100's Xeon.
+    A host-bound layer pass scales by that ratio; the same GPU on an x86 host does not."""
+    job = JobSpec(64, 256)
+    config = LayerConfig(tp=8, sp=True, micro_batch=1, recompute="none")
+    spec = DEVICES[device]
+    assert spec.host.dispatch_slowdown == pytest.approx(slowdown)
+    row = _row(TINY, job, config, "block", device=spec)
+    assert row["fwd_s"] == pytest.approx(77 * 12e-6 * slowdown)
+    assert row["bwd_s"] == pytest.approx(95 * 12e-6 * slowdown)
+    on_x86 = _row(TINY, job, config, "block", device=replace(spec, host=HOSTS["dgx-b200"]))
+    assert on_x86["fwd_s"] == pytest.approx(77 * 12e-6) and on_x86["bwd_s"] == pytest.approx(95 * 12e-6)
+    gpu = _row(TINY, job, config, "block", gpu_only=True, monkeypatch=monkeypatch, device=spec)
+    assert row["host_s"] == pytest.approx(row["fwd_s"] + row["bwd_s"] - gpu["fwd_s"] - gpu["bwd_s"])
+
+
+def test_a_host_file_sets_its_dispatch_slowdown():
+    spec = host_from_mapping({"base": "dgx-h100", "dispatch_slowdown": 2.5})
+    assert spec.dispatch_slowdown == 2.5 and host.dispatch_s(replace(DEVICES["h100-sxm"], host=spec)) == 2.5 * 12e-6
+    assert host.dispatch_s(replace(DEVICES["h100-sxm"], host=None)) == host.HOST_OP_S
 
 def test_fp8_adds_its_quantizers_calls():
     ops = host.block_host_ops(False, True)

@@ -83,6 +83,7 @@ def test_a_gb200_nvl72_rack_is_one_nvlink_domain_on_grace_hosts():
     ("link_shared_by", 9, "host.link_shared_by = 9: must be at most 8"),
     ("memory_efficiency", 1.5, "host.memory_efficiency = 1.5: must be a fraction in (0, 1]"),
     ("adam_rate_per_thread", 0, "host.adam_rate_per_thread = 0: must be a positive finite number"),
+    ("dispatch_slowdown", -1.0, "host.dispatch_slowdown = -1.0: must be a positive finite number"),
 ])
 def test_bad_host_fields_name_the_field(field, value, message):
     with pytest.raises(SpecError) as info:

@@ -203,9 +203,11 @@ class HostSpec:
     ``adam_rate_per_thread`` is the parameters per second one CPU thread steps with a
     fused fp32 AdamW (a measurement; see :mod:`nest.presets.hosts`). The efficiency
     fields are achieved fractions: of the link by pinned-memory copies, of DRAM bandwidth
-    by streaming kernels. ``reserved_bytes`` per device is host memory training cannot
-    fill with offloaded state (the OS, data-loader workers, pinned staging buffers): a
-    planning margin like :attr:`DeviceSpec.reserved_bytes`.
+    by streaming kernels. ``dispatch_slowdown`` is the host time eager PyTorch takes per
+    dispatched call relative to the x86 servers :data:`nest.cost.host.HOST_OP_S` was
+    measured on (1: those; Grace is slower, :mod:`nest.presets.hosts`). ``reserved_bytes``
+    per device is host memory training cannot fill with offloaded state (the OS, data-loader
+    workers, pinned staging buffers): a planning margin like :attr:`DeviceSpec.reserved_bytes`.
     """
 
     name: str
@@ -218,12 +220,14 @@ class HostSpec:
     adam_rate_per_thread: float = 0.66e9
     link_efficiency: float = 0.8
     memory_efficiency: float = 0.7
+    dispatch_slowdown: float = 1.0
     reserved_bytes: float = 16 * GiB
     source: str = ""
 
     def __post_init__(self):
         require(isinstance(self.name, str) and self.name, "host.name", self.name, "must be a non-empty string")
-        for name in ("memory_bytes", "memory_bandwidth", "link_bandwidth", "adam_rate_per_thread"):
+        for name in ("memory_bytes", "memory_bandwidth", "link_bandwidth", "adam_rate_per_thread",
+                     "dispatch_slowdown"):
             _positive_real(f"host.{name}", getattr(self, name))
         _positive_int("host.devices", self.devices, 1024)
         _positive_int("host.cores", self.cores, 1 << 20)

@@ -38,16 +38,20 @@ alltoall dispatcher) has static shapes and does not wait (``MoEAlltoAllTokenDisp
 preprocess``). Backward passes reuse the counts; a recomputed MoE forward waits again.
 
 The host time is a floor: it only ever lengthens a pass, and the part of a pass it adds is
-reported as ``host`` in the time breakdown (``host_s``, a part of ``compute_s``). Not
-modelled: CUDA graphs (which replace a captured module's calls by one launch), hosts
-slower than x86 servers at dispatch (Grace: TransformerEngine issue #2053), the combined
-1F1B's other micro-batch filling the GPU during a wait.
+reported as ``host`` in the time breakdown (``host_s``, a part of ``compute_s``). Each call
+takes :data:`HOST_OP_S` on the x86 servers it was measured on, times the host's
+``dispatch_slowdown`` (:func:`dispatch_s`): Grace superchips (GH200, GB200) dispatch the
+same call 2.5-2.75x slower (TransformerEngine issue #2053, :mod:`nest.presets.hosts`), so
+their fast GPUs wait on the host at larger layer slices than a DGX's. Not modelled: CUDA
+graphs (which replace a captured module's calls by one launch), the combined 1F1B's other
+micro-batch filling the GPU during a wait.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..specs import DeviceSpec
 from .compute import KernelModel
 
 HOST_OP_S = 12e-6
@@ -137,9 +141,16 @@ def block_host_ops(moe: bool, fp8: bool, experts_here=0, shared_experts: int = 0
             for p in ("fwd", "bwd")}
 
 
-def host_bound(gpu_s, host_ops, syncs=0):
+def dispatch_s(device: DeviceSpec) -> float:
+    """Host seconds per counted call on ``device``'s host (an x86 server's when it has none
+    on record)."""
+    return HOST_OP_S * (device.host.dispatch_slowdown if device.host is not None else 1.0)
+
+
+def host_bound(gpu_s, host_ops, syncs=0, op_s: float = HOST_OP_S):
     """``(seconds, host part)`` of a pass of ``gpu_s`` GPU seconds whose host makes
-    ``host_ops`` calls and waits on the GPU ``syncs`` times (see the module docstring)."""
-    gap = SYNC_GAP_OPS * HOST_OP_S * np.asarray(syncs, dtype=np.float64)
-    seconds = np.maximum(gpu_s + gap, np.asarray(host_ops, dtype=np.float64) * HOST_OP_S)
+    ``host_ops`` calls of ``op_s`` seconds each and waits on the GPU ``syncs`` times (see
+    the module docstring)."""
+    gap = SYNC_GAP_OPS * op_s * np.asarray(syncs, dtype=np.float64)
+    seconds = np.maximum(gpu_s + gap, np.asarray(host_ops, dtype=np.float64) * op_s)
     return seconds, seconds - gpu_s

@@ -51,7 +51,7 @@ from ..parallel import RECOMPUTE_MODES, ConfigArrays, recompute_modules
 from ..specs import JobSpec, ModelSpec
 from .activations import Activations
 from .compute import KernelModel
-from .host import LaunchCounter, block_host_ops, host_bound
+from .host import LaunchCounter, block_host_ops, dispatch_s, host_bound
 from .model import BLOCK, EMBEDDING, HEAD, MOE, attention_shape, mtp_layer_is_moe, node_params
 
 COST_FIELDS = ("fwd_s", "bwd_s", "recompute_s", "compute_s", "core_fwd_s", "core_bwd_s",
@@ -200,8 +200,9 @@ class NodeCostModel:
         """Lengthens ``out``'s passes to the host's calls (:func:`nest.cost.host.host_bound`)
         and sets ``host_s`` to what that adds. A layer's calls are
         :func:`~nest.cost.host.block_host_ops`, its recomputation the forward's share of
-        its kernels; other nodes make one call per kernel. A dropless MoE forward (and its
-        recomputation) waits on the GPU once for its token counts."""
+        its kernels; other nodes make one call per kernel, each at the device's host's
+        :func:`~nest.cost.host.dispatch_s`. A dropless MoE forward (and its recomputation)
+        waits on the GPU once for its token counts."""
         launches = self._launches._columns(kind, c)
         if kind in (BLOCK, MOE):
             m = self.model
@@ -217,9 +218,9 @@ class NodeCostModel:
         for index, mode in enumerate(RECOMPUTE_MODES):
             if mode not in ("none", "full") and "moe" in recompute_modules(mode):
                 recomputed = recomputed | (c.recompute == index)
-        host = 0.0
+        host, op_s = 0.0, dispatch_s(self.k.device)
         for name, waits in (("fwd_s", syncs), ("bwd_s", 0), ("recompute_s", np.where(recomputed, syncs, 0))):
-            out[name], added = host_bound(out[name], ops[name], waits)
+            out[name], added = host_bound(out[name], ops[name], waits, op_s)
             host = host + added
         out["host_s"] = host
 

@@ -18,6 +18,10 @@ The measured fields:
   (measured ~12 GB/s on Gen3, 24-27 GB/s on Gen4, 50-53 GB/s on Gen5).
 * ``memory_efficiency`` 0.7: streaming kernels reach about 70% of the DRAM peak
   (STREAM on two-socket servers). Rarely binding: a rank's host Adam runs on few threads.
+* ``dispatch_slowdown``: host time per eager PyTorch call relative to the x86 servers the
+  per-call cost of :mod:`nest.cost.host` comes from (1 for the DGX hosts). Grace's is
+  :data:`GRACE_GB200_DISPATCH` and :data:`GRACE_GH200_DISPATCH`, from one published
+  measurement of the same call on both kinds of host.
 """
 
 from __future__ import annotations
@@ -44,6 +48,19 @@ nodes, 996 ms per step without offload, 3877 ms with 100% offload and
 --overlap-cpu-optimizer-d2h-h2d): the 2.88 s added over the ~1.9e9 optimizer parameters
 each rank holds. bench/fidelity/offload.py checks it against other published runs."""
 
+GRACE_DISPATCH_SOURCE = ("TransformerEngine issue #2053 'High CPU overhead on Grace systems' (2025-08-11): "
+                         "CPU time of one torch.nn.Linear forward (BF16, hidden 2048, 8192 tokens), "
+                         "13.48 us on DGX H100 (Xeon Platinum 8480C), 33.17 us on GH200, 37.08 us on GB200")
+
+GRACE_GB200_DISPATCH = 37.08 / 13.48
+"""Host time per dispatched call on a GB200 superchip's Grace CPU relative to a DGX H100's
+Xeon: the CPU time of the same ``torch.nn.Linear`` forward on both (GRACE_DISPATCH_SOURCE;
+one call through PyTorch's dispatcher to a cuBLAS launch: the whole call path the
+per-call cost stands for, not a CPU benchmark's)."""
+
+GRACE_GH200_DISPATCH = 33.17 / 13.48
+"""The same on a GH200's Grace (GRACE_DISPATCH_SOURCE)."""
+
 _PRESETS = [
     HostSpec(name="dgx-2", memory_bytes=1.5 * 1024 * GiB, memory_bandwidth=_dram(2, 6, 2666),
              link_bandwidth=PCIE_GEN3_X16, devices=16, cores=48, link_shared_by=2,
@@ -68,12 +85,12 @@ _PRESETS = [
                     "each), 2 TB system memory (up to 4 TB), PCIe Gen5 x16 per GPU"),
     HostSpec(name="grace-gh200", memory_bytes=480 * GB, memory_bandwidth=512 * GB,
              link_bandwidth=NVLINK_C2C, devices=1, cores=72, link_shared_by=1,
-             adam_rate_per_thread=ADAM_RATE_SPR,
+             adam_rate_per_thread=ADAM_RATE_SPR, dispatch_slowdown=GRACE_GH200_DISPATCH,
              source="NVIDIA GH200 Grace Hopper Superchip datasheet: 72 Neoverse V2 cores, 480 GB LPDDR5X "
                     "at up to 512 GB/s, NVLink-C2C 900 GB/s total (450 GB/s each way)"),
     HostSpec(name="grace-gb200", memory_bytes=480 * GB, memory_bandwidth=512 * GB,
              link_bandwidth=NVLINK_C2C, devices=2, cores=72, link_shared_by=2,
-             adam_rate_per_thread=ADAM_RATE_SPR,
+             adam_rate_per_thread=ADAM_RATE_SPR, dispatch_slowdown=GRACE_GB200_DISPATCH,
              source="NVIDIA GB200 NVL72 datasheet: one Grace CPU (72 cores, 480 GB LPDDR5X at up to "
                     "512 GB/s) per two B200 GPUs, NVLink-C2C 900 GB/s per superchip"),
 ]
