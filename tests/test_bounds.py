@@ -73,6 +73,32 @@ def test_shape_floors_are_their_definition_with_and_without_a_shared_memo():
                     assert alone == shared
 
 
+
+@pytest.mark.parametrize("limit", [None, 0])
+def test_shape_floors_in_one_batch_are_shape_floor_bit_for_bit(monkeypatch, limit):
+    """``shape_floors`` tabulates every pair's shapes and terms with numpy; each floor must be
+    ``shape_floor``'s exactly (same shapes, same arithmetic), flex dispatches and pairs no
+    shape fits included; past ``SHAPE_COMBOS_LIMIT`` it falls back to ``shape_floor``."""
+    import numpy as np
+
+    from nest.network import tiers
+    from nest.network.tiers import TokenDispatch, shape_floor, shape_floors
+
+    if limit is not None:
+        monkeypatch.setattr(tiers, "SHAPE_COMBOS_LIMIT", limit)
+    sizes = np.array(list(range(1, 130)) + [192, 256, 384, 512, 768, 1024, 2048, 4096], dtype=np.int64)
+    spacings = np.array([1, 2, 3, 5, 8, 9, 16, 24, 32, 40, 128, 1000], dtype=np.int64)
+    sizes, spacings = (a.ravel() for a in np.meshgrid(sizes, spacings))
+    names = ("rs_alpha", "rs_beta", "a2a_alpha", "a2a_beta")
+    for cluster in (_fast_outer_cluster(), nest.load_cluster("h100-spineleaf", devices=512),
+                    nest.load_cluster("dgx-h100", devices=1024)):
+        for dispatch in (None, TokenDispatch(64, 8), TokenDispatch(128, 8, 2)):
+            got = shape_floors(cluster, sizes, spacings, dispatch)
+            want = np.array([[getattr(shape_floor(cluster, int(a), int(b), dispatch), n) for n in names]
+                             for a, b in zip(sizes.tolist(), spacings.tolist())])
+            assert got.shape == want.shape and (got == want).all(), (cluster.name, dispatch)
+            assert (got[sizes > cluster.num_devices] == 0.0).all()
+
 def test_distinct_rows_are_numpys_unique_rows():
     """``distinct_rows`` (nest.arrays, no ``np.unique``) finds the same distinct rows as
     ``np.unique(axis=0)``, each at its first occurrence, and maps every row back."""

@@ -55,7 +55,7 @@ from .layout import (
     layout_strides,
     reduce_leaders,
 )
-from .tiers import GroupShape, TokenDispatch, group_shape, pair_tier_floor, ring_floor, ring_link, shape_floor
+from .tiers import GroupShape, TokenDispatch, group_shape, pair_tier_floor, ring_floor, ring_link, shape_floors
 
 
 def _power_of_two(n: int) -> bool:
@@ -160,7 +160,6 @@ class Placer:
         self._placements: dict[tuple, Placement] = {}
         self._terms: dict[tuple, tuple] = {}
         self._floors: dict[tuple, object] = {}
-        self._shape_memo: dict[tuple, object] = {}  # shape_floor's decompositions and terms
 
     def placement(self, tp: int, cp: int, dp: int, pp: int, ep: int, order: str, etp: int = 1) -> Placement:
         """Group prices of the layout ``(tp, cp, dp, pp, order)`` with experts ``ep x etp``
@@ -221,6 +220,11 @@ class Placer:
     def _lookup(self, tag, keys: np.ndarray, compute, width: int) -> list[np.ndarray]:
         """``compute(key)`` for every distinct row of ``keys`` (one or two non-negative
         integer columns), cached, spread back."""
+        return self._lookup_many(tag, keys, lambda rows: [compute(row) for row in rows], width)
+
+    def _lookup_many(self, tag, keys: np.ndarray, compute_many, width: int) -> list[np.ndarray]:
+        """:meth:`_lookup` with ``compute_many(rows)`` giving the values of all the rows not
+        cached yet in one call (``width`` values per row)."""
         keys = np.asarray(keys, dtype=np.int64)
         if not len(keys):
             return [np.zeros(0) for _ in range(width)]
@@ -231,13 +235,13 @@ class Placer:
         else:
             flat, decode = keys, lambda k: k  # noqa: E731
         unique, inverse = np.unique(flat, return_inverse=True)
-        values = np.empty((len(unique), width))
-        for i, key in enumerate(unique.tolist()):
-            row = decode(key)
-            cache_key = tag + (row if isinstance(row, tuple) else (row,))
-            if cache_key not in self._floors:
-                self._floors[cache_key] = compute(row)
-            values[i] = self._floors[cache_key]
+        cache_keys = [tag + (row if isinstance(row, tuple) else (row,)) for row in map(decode, unique.tolist())]
+        missing = [i for i, key in enumerate(cache_keys) if key not in self._floors]
+        if missing:
+            rows = [decode(k) for k in unique[missing].tolist()]
+            for i, value in zip(missing, compute_many(rows)):
+                self._floors[cache_keys[i]] = value
+        values = np.array([self._floors[key] for key in cache_keys], dtype=np.float64).reshape(len(unique), width)
         inverse = inverse.ravel()
         return [values[inverse, j] for j in range(width)]
 
@@ -341,10 +345,13 @@ class TierPlacer(Placer):
                           np.ones(len(d)), (et_f[0], et_f[1]))
 
     def _shape_floors(self, size, spacing) -> list[np.ndarray]:
-        def floor(pair):
-            f = shape_floor(self.cluster, int(pair[0]), int(pair[1]), self.dispatch, self._shape_memo)
-            return (f.rs_alpha, f.rs_beta, f.a2a_alpha, f.a2a_beta)
-        return self._lookup(("shape",), np.stack([size, spacing], axis=1), floor, 4)
+        return self._lookup_many(("shape",), np.stack([size, spacing], axis=1),
+                                 lambda pairs: self._floors_of(pairs, self.dispatch), 4)
+
+    def _floors_of(self, pairs: list[tuple[int, int]], dispatch: TokenDispatch | None) -> np.ndarray:
+        """:func:`~nest.network.tiers.shape_floors` of (size, spacing) pairs."""
+        sizes, spacings = np.array(pairs, dtype=np.int64).reshape(-1, 2).T
+        return shape_floors(self.cluster, sizes, spacings, dispatch)
 
     def _all_to_all_floors(self, ep, etp, spacing) -> list[np.ndarray]:
         """All-to-all floors of the expert groups of ranks ``spacing`` apart in a stage:
@@ -356,11 +363,10 @@ class TierPlacer(Placer):
         for shards in np.unique(etp).tolist():
             rows = etp == shards
 
-            def floor(pair, dispatch=self._dispatch(shards)):
-                f = shape_floor(self.cluster, int(pair[0]), int(pair[1]), dispatch, self._shape_memo)
-                return (f.a2a_alpha, f.a2a_beta)
+            def floors(pairs, dispatch=self._dispatch(shards)):
+                return self._floors_of(pairs, dispatch)[:, 2:]
             keys = np.stack([ep[rows] * shards, spacing[rows]], axis=1)
-            alpha[rows], beta[rows] = self._lookup(("a2a", shards), keys, floor, 2)
+            alpha[rows], beta[rows] = self._lookup_many(("a2a", shards), keys, floors, 2)
         return [alpha, beta]
 
     def boundary_floor(self, degrees: DegreeColumns, any_of: tuple[str, ...] | None = None) -> np.ndarray:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -312,6 +312,90 @@ def shape_floor(cluster: ClusterSpec, size: int, spacing: int, dispatch: TokenDi
     if key not in memo:
         memo[key] = _floor_of_shapes(cluster, size, rooms, dispatch, memo)
     return memo[key]
+
+
+SHAPE_COMBOS_LIMIT = 4096
+"""Most combinations of the inner tiers' factors :func:`shape_floors` tabulates at once;
+clusters with more fall back to :func:`shape_floor` pair by pair."""
+
+
+@lru_cache(maxsize=64)
+def _inner_combos(fanouts: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Every choice of the factors of all tiers but the outermost (``factors[t] <=
+    fanouts[t]``), lexicographic, and each choice's members per tier-t group (the
+    products of ``factors[:t+1]``)."""
+    grids = np.meshgrid(*(np.arange(1, f + 1) for f in fanouts[:-1]), indexing="ij")
+    factors = np.stack([g.ravel() for g in grids], axis=1).astype(np.int64) if grids else np.ones((1, 0), np.int64)
+    return factors, np.cumprod(factors, axis=1) if factors.shape[1] else factors
+
+
+def shape_floors(cluster: ClusterSpec, sizes: np.ndarray, spacings: np.ndarray,
+                 dispatch: TokenDispatch | None = None) -> np.ndarray:
+    """``[pair, 4]``: :func:`shape_floor`'s ``(rs_alpha, rs_beta, a2a_alpha, a2a_beta)`` of
+    every (size, spacing) pair at once, equal to it bit for bit: the same shapes, their
+    terms by :class:`GroupShape`'s arithmetic in the same order elementwise, and the
+    minimum per pair. A search bounds thousands of pairs per batch (an uneven batch: one
+    data-parallel size per device count); a Python call per pair and per shape was the
+    largest part of a library call on the NEST artifact's instances."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    spacings = np.asarray(spacings, dtype=np.int64)
+    fanouts = tuple(t.fanout for t in cluster.tiers)
+    combos, prefix = _inner_combos(fanouts)
+    if len(combos) > SHAPE_COMBOS_LIMIT:
+        out = [shape_floor(cluster, int(a), int(b), dispatch) for a, b in zip(sizes.tolist(), spacings.tolist())]
+        return np.array([(f.rs_alpha, f.rs_beta, f.a2a_alpha, f.a2a_beta) for f in out]).reshape(-1, 4)
+    tiers = len(fanouts)
+    rooms = -(-np.asarray(cluster.group_sizes(), dtype=np.int64)[None, :] // spacings[:, None])  # [pair, tier]
+    # uniform shapes: an inner choice whose product divides the size, the outermost factor
+    # the quotient within its fanout, every tier's members within its room
+    inner = prefix[:, -1] if tiers > 1 else np.ones(1, np.int64)
+    fits = (sizes[None, :] % inner[:, None] == 0) & (sizes[None, :] // inner[:, None] <= fanouts[-1])
+    fits &= (sizes <= rooms[:, -1])[None, :]
+    for t in range(tiers - 1):
+        fits &= prefix[:, t][:, None] <= rooms[:, t][None, :]
+    combo, pair = np.nonzero(fits)
+    uniform = np.concatenate([combos[combo], (sizes[pair] // inner[combo])[:, None]], axis=1)
+    # flat rings on every tier whose room holds the whole group
+    flat_pair, flat_tier = np.nonzero(rooms >= sizes[:, None])
+    flat = np.ones((len(flat_pair), tiers), dtype=np.int64)
+    flat[np.arange(len(flat_pair)), flat_tier] = sizes[flat_pair]
+    factors = np.concatenate([uniform, flat])
+    owner = np.concatenate([pair, flat_pair])
+    terms = _shape_terms(cluster, factors, sizes[owner], dispatch)
+    out = np.full((len(sizes), 4), np.inf)
+    for j in range(4):
+        np.minimum.at(out[:, j], owner, terms[j])
+    out[~np.isin(np.arange(len(sizes)), owner)] = 0.0  # no shape fits: no bound beyond zero
+    return out
+
+
+def _shape_terms(cluster: ClusterSpec, factors: np.ndarray, size: np.ndarray,
+                 dispatch: TokenDispatch | None) -> list[np.ndarray]:
+    """:class:`GroupShape`'s ``reduce_scatter_terms() + all_to_all_terms()`` of every row of
+    ``factors`` (``size`` their products), the same operations elementwise."""
+    zero = np.zeros(len(factors))
+    rs_alpha, rs_beta, share = zero, zero, np.ones(len(factors))
+    a2a_alpha, a2a_beta, inner = zero, zero, np.ones(len(factors), dtype=np.int64)
+    if dispatch is None:
+        ratio = 1.0
+    else:
+        keys = np.stack([size // factors[:, 0], size], axis=1)
+        unique, back = np.unique(keys, axis=0, return_inverse=True)
+        ratio = np.array([dispatch.node_ratio(int(n), int(r)) for n, r in unique.tolist()])[back.ravel()]
+    for t, tier in enumerate(cluster.tiers):
+        f = factors[:, t]
+        big = f > 1
+        bandwidth, latency = tier.effective_bandwidth, tier.latency
+        rs_alpha = rs_alpha + np.where(big, (f - 1) * latency, 0.0)
+        rs_beta = rs_beta + np.where(big, (f - 1) / f * share / bandwidth, 0.0)
+        share = np.where(big, share / f, share)
+        moved = (f - 1) * inner / size
+        if dispatch is not None:
+            moved = (f - 1) / f if t == 0 else moved * ratio
+        a2a_beta = np.maximum(a2a_beta, np.where(big, moved / bandwidth, 0.0))
+        a2a_alpha = np.maximum(a2a_alpha, np.where(big, latency, 0.0))
+        inner = inner * f
+    return [rs_alpha, rs_beta, a2a_alpha, a2a_beta]
 
 
 def _floor_of_shapes(cluster: ClusterSpec, size: int, rooms: tuple[int, ...], dispatch: TokenDispatch | None,
