@@ -233,3 +233,31 @@ def test_json_reports_the_joint_dimensions(capsys):
     assert p["tp"] * p["cp"] * p["dp"] % p["ep"] == 0
     assert doc["model"]["active_parameters"] < doc["model"]["parameters"]
     assert doc["breakdown_s"]["ep_comm"] >= 0 and "cp_comm" in doc["breakdown_s"]
+
+
+@pytest.mark.parametrize("global_batch, uneven, dps, batches", [
+    (256, False, [1, 2, 4, 8, 16, 32, 64, 128, 256], [1, 2, 4, 8]),
+    (96, False, [1, 3, 4, 12, 32, 96], [1, 2, 3, 4, 6]),
+    (100, True, list(range(1, 101)), [1, 2, 4, 5, 10]),
+    (64, False, [], [1, 2]),
+])
+def test_the_batch_pool_is_each_dps_admitted_micro_batches(global_batch, uneven, dps, batches):
+    """The search space's pool of (micro-batch, mode) entries per data-parallel degree,
+    built with numpy at once, equals the per-degree construction: the micro-batch sizes
+    dividing the replica's share (every size for an uneven batch), ascending, each with
+    its n_rc modes and its micro-batch count."""
+    from nest.search.space import _batch_pool, divisors
+
+    job = JobSpec(global_batch=global_batch, seq_len=1024, uneven_batch=uneven)
+    n_rc, stride = 3, 3
+    pool, micro, starts, counts = _batch_pool(job, np.array(dps, dtype=np.int64),
+                                              np.array(batches, dtype=np.int64), n_rc, stride)
+    at = 0
+    for i, dp in enumerate(dps):
+        sizes = batches if uneven else [b for b in divisors(global_batch // dp) if b in batches]
+        want = [batches.index(b) * stride + r for b in sizes for r in range(n_rc)]
+        assert starts[i] == at and counts[i] == len(want)
+        assert pool[at:at + len(want)].tolist() == want
+        assert micro[at:at + len(want)].tolist() == [-(-global_batch // (dp * b)) for b in sizes for _ in range(n_rc)]
+        at += len(want)
+    assert len(pool) == len(micro) == at and len(starts) == len(counts) == len(dps)

@@ -184,6 +184,26 @@ def _allowed(values, limit):
     return [v for v in values if limit is None or v in limit]
 
 
+def _batch_pool(job: JobSpec, dps: np.ndarray, batches: np.ndarray, n_rc: int, stride_mbs: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(pool, micro, starts, counts)``: per data-parallel degree (``starts[d]``,
+    ``counts[d]`` entries of ``pool``), the grid offsets ``position x stride_mbs + r`` of the
+    micro-batch sizes it admits (each one's ``n_rc`` innermost modes ``r``), ascending, and
+    each entry's micro-batch count. An even batch admits the sizes dividing its share of
+    the global batch, an uneven one every size."""
+    gb = job.global_batch
+    if job.uneven_batch:
+        admits = np.ones((len(dps), len(batches)), dtype=bool)
+    else:
+        admits = (gb % dps[:, None] == 0) & ((gb // dps[:, None]) % batches[None, :] == 0)
+    d, b = np.nonzero(admits)
+    pool = (b[:, None] * stride_mbs + np.arange(n_rc, dtype=np.int64)[None, :]).ravel()
+    micro = np.repeat(job.micro_batches(dps[d], batches[b]), n_rc).astype(np.int64)
+    counts = admits.sum(axis=1).astype(np.int64) * n_rc
+    starts = np.cumsum(counts) - counts
+    return pool, micro, starts, counts
+
+
 class PartialSpace:
     """The partial candidates of a search, produced in chunks (see :func:`enumerate_partials`).
 
@@ -226,7 +246,6 @@ class PartialSpace:
         self.stride_cp = self.stride_ep * len(experts)
         self.stride_sp = self.stride_cp * len(cps)
         self.stride_tp = self.stride_sp * 2
-        batch_pos = {b: i for i, b in enumerate(batches)}
         self.pps = np.array(limits.pp or tuple(range(1, num_nodes + 1)), dtype=np.int64)
         # An uneven batch admits every data-parallel degree the devices allow, up to one
         # sequence per replica (more replicas than sequences would idle).
@@ -238,23 +257,9 @@ class PartialSpace:
         self.eps = np.array([ep for ep, _ in experts], dtype=np.int64)
         self.etps = np.array([etp for _, etp in experts], dtype=np.int64)
         # Per data-parallel degree, the (micro-batch, recompute) grid offsets it admits and
-        # their micro-batch counts, concatenated.
-        offsets, micro, starts, counts = [], [], [], []
-        total = 0  # entries so far (a running sum: an uneven batch has one dp per device)
-        for dp in self.dps.tolist():
-            per_replica = divisors(job.global_batch // dp) if job.global_batch % dp == 0 else []
-            positions = ([batch_pos[b] for b in per_replica if b in batch_pos] if not job.uneven_batch
-                         else list(range(len(batches))))
-            starts.append(total)
-            offsets.append(np.array([p * self.stride_mbs + r for p in positions for r in range(n_rc)],
-                                    dtype=np.int64))
-            total += len(offsets[-1])
-            micro.append(np.repeat(job.micro_batches(dp, np.array(batches, dtype=np.int64)[positions]), n_rc)
-                         if positions else np.zeros(0, dtype=np.int64))
-            counts.append(len(offsets[-1]))
-        pool = np.concatenate(offsets) if offsets else np.zeros(0, dtype=np.int64)
-        pool_micro = np.concatenate(micro) if micro else np.zeros(0, dtype=np.int64)
-        self.starts, self.counts = np.array(starts, dtype=np.int64), np.array(counts, dtype=np.int64)
+        # their micro-batch counts, concatenated (an uneven batch has one dp per device).
+        pool, pool_micro, self.starts, self.counts = _batch_pool(job, self.dps, np.array(batches, dtype=np.int64),
+                                                                 n_rc, self.stride_mbs)
         # Interleaving keeps the entries whose micro-batch count is a multiple of pp: one
         # filtered pool per pp, segments per dp, appended to the pool.
         keep = pool_micro[None, :] % self.pps[:, None] == 0  # [pp, entry]
