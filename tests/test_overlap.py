@@ -91,7 +91,10 @@ def test_hidden_collectives_cost_the_sms_they_hold():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("nest.cost.pricing.NCCL_COMM_SMS", 10**6)  # more SMs than the device: free
         free = price_candidate(scn, cand)
-    fwd = with_sms.col("fwd_s")[0, k]
+    # the forward's window: its kernels and the TP collectives they wait for (half of the
+    # layer's, none recomputed here)
+    assert with_sms.col("recompute_tp_share")[0, k] == 0 and with_sms.times.tp[0, k] > 0
+    fwd = with_sms.col("fwd_s")[0, k] + with_sms.times.tp[0, k] / 2
     # ZeRO-3's prefetched gather outlasts the forward (two replicas across nodes): the
     # excess is exposed either way, and holding 16 SMs it costs their share of the forward
     assert free.times.dp_forward[0, k] > 0
@@ -180,3 +183,37 @@ def test_cli_switches_reach_the_plan():
     assert {k: overlapped["job"][k] for k in OVERLAP_SWITCHES} == ALL_ON
     assert overlapped["step_time_s"] < plain["step_time_s"]
     assert np.isclose(sum(overlapped["breakdown_s"].values()), overlapped["step_time_s"], rtol=1e-9)
+
+
+def test_zero3_collectives_hide_behind_the_whole_pass():
+    """A ZeRO-3 weight gather hides behind its pass on the compute stream: the kernels and
+    the TP / CP / EP communication they wait for (half of the TP and EP operations in each
+    of forward and backward beyond the recomputation's share)."""
+    from nest.cost.pricing import pass_windows
+
+    columns = {"fwd_s": np.array([2.0]), "bwd_s": np.array([4.0]), "recompute_s": np.array([2.0]),
+               "recompute_tp_share": np.array([0.2]), "recompute_ep_share": np.array([1 / 3])}
+    forward, recompute, backward = pass_windows(columns.__getitem__, np.array([1.0]), np.array([0.5]),
+                                                np.array([0.2]), np.array([0.6]))
+    assert forward[0] == pytest.approx(2.0 + 0.4 + 0.2 + 0.2)
+    assert backward[0] == pytest.approx(4.0 + 0.4 + 0.3 + 0.2)
+    assert recompute[0] == pytest.approx(2.0 + 0.2 + 0.2)
+    # a Megatron-FSDP MoE layer whose expert all-to-alls are exposed: its gather hides
+    # behind them too, so less of it is exposed than behind the kernels alone, and the
+    # forward never ends before its kernels and communication do
+    scn = Scenario(MODELS["qwen3-30b-a3b"], nest.load_cluster("dgx-h100", devices=32),
+                   JobSpec(global_batch=64, seq_len=4096, framework="megatron"))
+    cand = Candidate.of_parallelism({"tp": 1, "pp": 1, "dp": 32, "ep": 8, "micro_batch": 1, "recompute": "none",
+                                     "sp": False, "zero": 3, "rank_order": "tp-cp-ep-dp-pp"},
+                                    scn.model.head_needs_embedding)
+    k = scn.kind_list.index("moe")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("nest.cost.pricing.NCCL_COMM_SMS", 10**6)  # SMs free: exposed time only
+        whole = price_candidate(scn, cand).times
+        patch.setattr("nest.cost.pricing.pass_windows",
+                      lambda col, *_: (col("fwd_s"), col("recompute_s"), col("bwd_s")))
+        kernels_only = price_candidate(scn, cand).times
+    ep_forward = whole.ep[0, k] / 2
+    assert ep_forward > 0 and kernels_only.dp_forward[0, k] > 0
+    assert whole.dp_forward[0, k] == pytest.approx(max(0.0, kernels_only.dp_forward[0, k] - ep_forward), abs=1e-12)
+    assert whole.total[0, k] < kernels_only.total[0, k]

@@ -277,24 +277,42 @@ def kind_times(scn: Scenario, table: ConfigTable, cands: CandidateArrays, terms:
         three = zero == 3
         gather = np.where(three, reduce_scatter_s(da, db, wb * dense) + reduce_scatter_s(ea, eb, wb * expert), 0.0)
         full = one(table.arrays.recompute[cands.config] == RECOMPUTE_MODES.index("full"))
-        # ZeRO-3 prefetches a node's weights during the previous node's compute and
+        # ZeRO-3 prefetches a node's weights during the previous node's pass and
         # reduce-scatters its gradients during its backward: NCCL collectives between
         # the data-parallel ranks, holding their SMs while they hide
         share = sm_share(scn, NCCL_COMM_SMS)
-        dp_forward = np.where(three, behind(gather, col("fwd_s"), share), 0.0)
+        forward, recompute, backward = pass_windows(col, tp, cp, cp_forward, ep)
+        dp_forward = np.where(three, behind(gather, forward, share), 0.0)
         regather = three & full & regathers_for_recompute(job)
-        dp_recompute = np.where(regather, behind(gather, col("recompute_s"), share), 0.0)
+        dp_recompute = np.where(regather, behind(gather, recompute, share), 0.0)
         dp = 0.0 + dp_forward
         dp = dp + dp_recompute
         # the backward's gather (prefetched by the node after it) and reduce-scatter hide
         # behind that node's whole backward pass, its full recomputation included, unless
         # the recomputation gathers again and hides that gather itself (above)
-        backward = col("bwd_s") + np.where(full & ~regather, col("recompute_s"), 0.0)
+        backward = backward + np.where(full & ~regather, recompute, 0.0)
         dp = dp + behind(gather + reduce, backward, share)
         dp = np.where(zero >= 2, dp, 0.0)
         total = total + dp
     return KindTimes(compute, tp, cp, ep, dp, total, cp_forward, dp_forward, dp_recompute, offload, offload_forward,
                      col("host_s"))
+
+
+def pass_windows(col, tp, cp, cp_forward, ep) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(forward, recomputation, backward)`` seconds of a node's passes on its compute
+    stream, the window a ZeRO-3 weight gather or gradient reduce-scatter hides in: the
+    kernels and the exposed tensor-, context- and expert-parallel communication they wait
+    for. The data-parallel collectives run on their own communicator's stream (Megatron-
+    FSDP's prefetch is issued in the previous layer's pre-forward hook, core_v0.14.0
+    ``megatron_fsdp.py`` ``_pre_forward_param_unshard``; FSDP2's likewise), so they keep
+    moving while the layer waits on an all-to-all or a TP collective, over other links
+    (the data-parallel group's, against NVLink for a node's TP and EP). The forward and
+    the backward each have half of the TP and EP operations beyond the recomputation's
+    share (``recompute_*_share``); the CP ring's forward part is ``cp_forward``."""
+    r_tp, r_ep = col("recompute_tp_share"), col("recompute_ep_share")
+    forward = col("fwd_s") + (1 - r_tp) / 2 * tp + cp_forward + (1 - r_ep) / 2 * ep
+    backward = col("bwd_s") + (1 - r_tp) / 2 * tp + (cp - cp_forward) + (1 - r_ep) / 2 * ep
+    return forward, col("recompute_s") + r_tp * tp + r_ep * ep, backward
 
 
 def regathers_for_recompute(job: JobSpec) -> bool:
