@@ -46,6 +46,11 @@ FP8_CS = dict(dtype="fp8", fp8_recipe="tensorwise", fp8_param_gather=True,
 # Its MXFP8 preset (bf16_with_mxfp8_mixed, at 067f987): MXFP8 weights, gathered in bf16
 # through the gradient buffer (reuse_grad_buf_for_mxfp8_param_ag), the rest as FP8-CS.
 MXFP8 = dict(FP8_CS, fp8_recipe="mxfp8")
+# Megatron's default split of Llama 3 70B's 80 layers over pp x vp virtual stages (no
+# pipeline layout, no --account-for-* flags: the embedding joins the first stage's layers
+# and the output layer the last's), in nest's nodes (embedding, 80 blocks, head)
+MEGATRON_SPLIT_80_40 = [3] + [2] * 38 + [3]
+MEGATRON_SPLIT_80_20 = [5] + [4] * 18 + [5]
 BRIDGE = "https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/main/docs/performance-summary.md"
 BRIDGE_ARCHIVE = BRIDGE.replace("summary.md", "summary-archive.md")
 GB200_RECIPES = "perf_recipes/llama/gb200/llama3.py at 067f987"
@@ -139,18 +144,22 @@ RUNS = [
         measured_GiB=59.0, kind="\"~59 gb\" (unit and statistic not stated)", calibrates=False,
         notes="ran only with expandable segments; 58.8 gb without them was an OOM"),
     Run("ps2511-h100-l3-70b", BRIDGE + " (25.11, H100 FP8-CS)", MODELS["llama3-70b"], 64, 8192, 128,
-        dict(tp=4, pp=8, vp=5, dp=2, micro_batch=1, sp=True, zero=1, recompute="none"), FP8_CS,
-        tokens_per_gpu_s=1602),
+        dict(tp=4, pp=8, vp=5, dp=2, micro_batch=1, sp=True, zero=1, recompute="none",
+             layers_per_stage=MEGATRON_SPLIT_80_40),
+        FP8_CS, tokens_per_gpu_s=1602, notes="Megatron's default split (v0.2.0 llama3_70b_pretrain_config)"),
     Run("ps2511-h100-l31-405b", BRIDGE + " (25.11, H100 FP8-CS)", MODELS["llama3.1-405b"], 1024, 8192, 512,
-        dict(tp=8, pp=8, vp=8, cp=2, dp=8, micro_batch=1, sp=True, zero=1, recompute="none"), FP8_CS,
-        tokens_per_gpu_s=292),
+        dict(tp=8, pp=8, vp=8, cp=2, dp=8, micro_batch=1, sp=True, zero=1, recompute="none",
+             layers_per_stage=[2] * 64),
+        FP8_CS, tokens_per_gpu_s=292,
+        notes="v0.2.0 llama31_405b_pretrain_config: --account-for-embedding/loss-in-pipeline-split, 128 / 64"),
     Run("ps2511-h100-q3-235b", BRIDGE + " (25.11, H100 FP8-CS)", MODELS["qwen3-235b-a22b"], 256, 4096, 2048,
         dict(tp=2, pp=8, vp=4, dp=16, ep=32, micro_batch=1, sp=True, zero=1, recompute="none"),
         dict(FP8_CS, overlap_moe_expert_parallel_comm=True), tokens_per_gpu_s=1575,
         notes="expert TP 1; the preset overlaps EP all-to-alls (moe_a2a_overlap); "
                                      "force-balanced dropless routing"),
     Run("ps2604-gb200-l3-70b-mxfp8", BRIDGE_ARCHIVE + " (26.04.01, DGX-GB200 MXFP8)", MODELS["llama3-70b"], 64,
-        8192, 256, dict(tp=2, pp=4, vp=5, dp=8, micro_batch=1, sp=True, zero=1, recompute="none"), MXFP8,
+        8192, 256, dict(tp=2, pp=4, vp=5, dp=8, micro_batch=1, sp=True, zero=1, recompute="none",
+                        layers_per_stage=MEGATRON_SPLIT_80_20), MXFP8,
         preset="gb200-nvl72", tokens_per_gpu_s=3712,
         notes=f"{GB200_RECIPES} llama3_70b_pretrain_64gpu_gb200_fp8mx_config (TP overlap with its FP8 userbuffers "
               "config); the same configuration measured 3613, 3837, 3828 and 3712 tokens/s/GPU in releases 26.02 to "
@@ -242,8 +251,9 @@ RUNS = [
         notes="forced balance, DeepEP, 1F1B EP overlap with delayed wgrad, no CUDA graphs, layout Et|(tt|)*30mL, "
               "BF16 Adam moments (precision-aware optimizer)"),
     Run("ps2606-h100-l3-70b-sft", BRIDGE + " (26.06, H100 SFT)", MODELS["llama3-70b"], 32, 4096, 32,
-        dict(tp=4, pp=4, vp=5, dp=2, micro_batch=1, sp=True, zero=1, recompute="none"), FP8_CS,
-        tokens_per_gpu_s=1638),
+        dict(tp=4, pp=4, vp=5, dp=2, micro_batch=1, sp=True, zero=1, recompute="none",
+             layers_per_stage=MEGATRON_SPLIT_80_20), FP8_CS,
+        tokens_per_gpu_s=1638, notes="Megatron's default split (llama3_70b_sft_32gpu_h100_fp8cs_config at 067f987)"),
     Run("issue-qwen3-30b-pp2vp24", "the published H100 FP8 run nest issue 17 quotes (PP2 VP24 EP8 MBS2)",
         MODELS["qwen3-30b-a3b"], 16, 4096, 256,
         dict(tp=1, pp=2, vp=24, dp=8, ep=8, micro_batch=2, sp=False, zero=1, recompute="none"), FP8_CS,
