@@ -67,11 +67,19 @@ RANK_ORDERS = (DEFAULT_ORDER, "tp-cp-ep-pp-dp")
 def parse_order(order: str) -> tuple[str, ...]:
     """The dimensions of a rank-order string such as ``tp-cp-ep-dp-pp``, innermost first;
     SpecError unless it names each of :data:`DIMENSIONS` once."""
-    dims = tuple(order.split("-")) if isinstance(order, str) else ()
-    if sorted(dims) != sorted(DIMENSIONS):
-        raise SpecError(f"rank_order = {order!r}: must name each of {', '.join(DIMENSIONS)} once, "
-                        "innermost first, separated by '-'")
+    dims = _VALID_ORDERS.get(order) if isinstance(order, str) else None
+    if dims is None:
+        dims = tuple(order.split("-")) if isinstance(order, str) else ()
+        if sorted(dims) != sorted(DIMENSIONS):
+            raise SpecError(f"rank_order = {order!r}: must name each of {', '.join(DIMENSIONS)} once, "
+                            "innermost first, separated by '-'")
+        _VALID_ORDERS[order] = dims
     return dims
+
+
+_VALID_ORDERS: dict[str, tuple[str, ...]] = {}
+"""The orders :func:`parse_order` has accepted (at most the 120 permutations): a search
+parses its few orders for every layout it prices."""
 
 
 @dataclass(frozen=True)

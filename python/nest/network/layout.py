@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -40,6 +41,12 @@ class Layout:
         return int(np.prod([self.degrees.get(d, 1) for d in DIMENSIONS]))
 
     def strides(self) -> dict[str, int]:
+        """Each dimension's rank stride (a new dict; the layout keeps its own)."""
+        return dict(self._strides)
+
+    @cached_property
+    def _strides(self) -> dict[str, int]:
+        # a placement asks for the strides of its layout about ten times
         strides, stride = {}, 1
         for dim in parse_order(self.order):
             strides[dim] = stride
