@@ -422,8 +422,9 @@ def main(argv=None) -> int:
               "of the same router are predictions. At 16k-128k tokens nest is within a few percent; at 4k "
               "tokens it is still too fast on every pipelined MoE run, with or without the EP overlap, and "
               "too slow on the Megatron-FSDP one (see the notes of issue 18). The dense runs on DGX H100 are "
-              "within 9% (the Bridge FP8 rows priced with their per-tensor current scaling, `tensorwise`); "
-              "the two on DGX GB200 (Blackwell, MXFP8 and FP8 with Megatron-FSDP) are 23-25% too fast: "
+              "within 12% without TP overlap and 14% with it (the Bridge FP8 rows priced with their "
+              "per-tensor current scaling, `tensorwise`, at the runs' own pipeline splits); "
+              "the two on DGX GB200 (Blackwell, MXFP8 and FP8 with Megatron-FSDP) are 22-25% too fast: "
               "nest's Blackwell GEMMs take the B200's measured fraction of the GB200's higher datasheet "
               "peak and its fused attention the generic efficiency, none of it measured on GB200.", ""] + \
         modern_lines(modern) + \
