@@ -8,15 +8,19 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace nest {
 
 namespace {
 
-void check_index(int64_t value, int64_t size, const char* what) {
-    if (value < 0 || value >= size)
-        throw std::invalid_argument(std::string(what) + " = " + std::to_string(value) + ": out of range 0.." +
-                                    std::to_string(size - 1));
+[[noreturn]] __attribute__((noinline)) void out_of_range(int64_t value, int64_t size, const char* what) {
+    throw std::invalid_argument(std::string(what) + " = " + std::to_string(value) + ": out of range 0.." +
+                                std::to_string(size - 1));
+}
+
+inline void check_index(int64_t value, int64_t size, const char* what) {
+    if (static_cast<uint64_t>(value) >= static_cast<uint64_t>(size)) out_of_range(value, size, what);
 }
 
 }  // namespace
@@ -217,6 +221,166 @@ void label_ratios(const DagEntries& dags, const int64_t* ids, const double* amou
         ratio[label[a]] = best;
         a = z;
     }
+}
+
+namespace {
+
+// np.maximum's result: NaN if either is NaN, else the larger.
+inline double nan_max(double a, double b) {
+    if (a != a) return a;
+    if (b != b) return b;
+    return a < b ? b : a;
+}
+
+// (key, flow) pairs (keys >= 0, flows ascending as given) sorted by key, flows ascending
+// within a key: a stable LSD radix sort, a byte at a time, skipping the bytes every key
+// shares.
+void sort_keys(std::vector<std::pair<int64_t, int64_t>>& keyed, std::vector<std::pair<int64_t, int64_t>>& spare) {
+    const size_t n = keyed.size();
+    if (n < 2) return;
+    uint64_t all_or = 0, all_and = ~uint64_t{0};
+    for (const auto& k : keyed) {
+        all_or |= static_cast<uint64_t>(k.first);
+        all_and &= static_cast<uint64_t>(k.first);
+    }
+    const uint64_t varies = all_or ^ all_and;  // bits on which keys differ
+    spare.resize(n);
+    size_t count[257];
+    for (int shift = 0; shift < 64; shift += 8) {
+        if (((varies >> shift) & 0xff) == 0) continue;
+        std::fill(count, count + 257, size_t{0});
+        for (const auto& k : keyed) ++count[((static_cast<uint64_t>(k.first) >> shift) & 0xff) + 1];
+        for (int b = 0; b < 256; ++b) count[b + 1] += count[b];
+        for (const auto& k : keyed) spare[count[(static_cast<uint64_t>(k.first) >> shift) & 0xff]++] = k;
+        keyed.swap(spare);
+    }
+}
+
+}  // namespace
+
+void route_pairs(const AccessLinks& acc, const int64_t* src, const int64_t* dst, const double* amount,
+                 const int64_t* label, int64_t flows, int64_t nlabels, double* ratio, double* access_lat,
+                 int64_t* inverse, RouterPairs& pairs) {
+    const int64_t n_dev = acc.devices, nr = acc.routers;
+    if (nlabels < 1) throw std::invalid_argument("nlabels: must be positive");
+    for (int64_t l = 0; l < nlabels; ++l) ratio[l] = 0.0;
+    for (int64_t f = 0; f < flows; ++f) {
+        check_index(src[f], n_dev, "source device");
+        check_index(dst[f], n_dev, "target device");
+        if (label != nullptr) check_index(label[f], nlabels, "label");
+        check_index(acc.router_of[src[f]], nr, "router");
+        check_index(acc.router_of[dst[f]], nr, "router");
+    }
+    pairs.source.clear();
+    pairs.target.clear();
+    pairs.label.clear();
+    pairs.amount.clear();
+    auto lab = [&](int64_t f) -> int64_t { return label != nullptr ? label[f] : 0; };
+    // Access links (route's loop over (ends, cap)): per (label, device) the amounts of
+    // its flows on the link, summed in flow order from 0 (np.bincount), over capacity.
+    // buffers kept per thread (no allocation per call); the table of sums is all zero
+    // between calls (each call clears what it used). Read through references and plain
+    // pointers: a thread_local's address is looked up at each use.
+    struct Buffers {
+        std::vector<std::pair<int64_t, int64_t>> keyed, spare;
+        std::vector<double> sums;
+        std::vector<int64_t> used;
+    };
+    thread_local Buffers buffers;
+    auto& keyed = buffers.keyed;
+    auto& spare = buffers.spare;
+    auto& sums = buffers.sums;
+    auto& used = buffers.used;
+    keyed.clear();
+    used.clear();
+    const bool dense = nlabels <= (int64_t{1} << 24) / std::max<int64_t>(n_dev, 1);
+    if (dense && sums.size() < static_cast<size_t>(nlabels * n_dev)) sums.resize(static_cast<size_t>(nlabels * n_dev), 0.0);
+    double* const use = sums.data();
+    keyed.reserve(static_cast<size_t>(flows));
+    used.reserve(static_cast<size_t>(flows));
+    for (int side = 0; side < 2 && acc.mode != 1; ++side) {
+        const int64_t* ends = side == 0 ? src : dst;
+        const double* cap = side == 0 ? acc.up_cap : acc.down_cap;
+        if (dense) {  // sums in a table, read where used
+            used.clear();
+            for (int64_t f = 0; f < flows; ++f) {
+                if (src[f] == dst[f] || (acc.mode == 2 && !acc.leaf[ends[f]])) continue;
+                const int64_t key = lab(f) * n_dev + ends[f];
+                if (use[key] == 0.0) used.push_back(key);
+                use[key] += amount[f];
+            }
+            for (int64_t key : used) {
+                double& sum = use[key];
+                const int64_t l = key / n_dev, d = key % n_dev;
+                ratio[l] = nan_max(ratio[l], sum / cap[d]);
+                sum = 0.0;
+            }
+            continue;
+        }
+        keyed.clear();
+        for (int64_t f = 0; f < flows; ++f) {
+            if (src[f] == dst[f] || (acc.mode == 2 && !acc.leaf[ends[f]])) continue;
+            keyed.emplace_back(lab(f) * n_dev + ends[f], f);
+        }
+        sort_keys(keyed, spare);
+        for (size_t i = 0; i < keyed.size();) {
+            const int64_t key = keyed[i].first;
+            double sum = 0.0;
+            for (; i < keyed.size() && keyed[i].first == key; ++i) sum += amount[keyed[i].second];
+            const int64_t l = key / n_dev, d = key % n_dev;
+            ratio[l] = nan_max(ratio[l], sum / cap[d]);
+        }
+    }
+    // Latencies of the access links, and the flows whose ends sit on different routers.
+    keyed.clear();
+    for (int64_t f = 0; f < flows; ++f) {
+        const int64_t s = src[f], t = dst[f];
+        if (acc.mode == 0)
+            access_lat[f] = acc.up_lat[s] + acc.down_lat[t];
+        else if (acc.mode == 1)
+            access_lat[f] = 0.0;
+        else
+            access_lat[f] = (acc.leaf[s] ? acc.up_lat[s] : 0.0) + (acc.leaf[t] ? acc.down_lat[t] : 0.0);
+        if (s == t) {
+            inverse[f] = -2;
+            continue;
+        }
+        const int64_t a = acc.router_of[s], b = acc.router_of[t];
+        if (a == b) {
+            inverse[f] = -1;
+            continue;
+        }
+        keyed.emplace_back((lab(f) * nr + a) * nr + b, f);
+    }
+    // one pair per distinct code, ascending (np.unique), its amounts summed in flow order
+    sort_keys(keyed, spare);
+    for (size_t i = 0; i < keyed.size();) {
+        const int64_t code = keyed[i].first, id = static_cast<int64_t>(pairs.source.size());
+        double sum = 0.0;
+        for (; i < keyed.size() && keyed[i].first == code; ++i) {
+            sum += amount[keyed[i].second];
+            inverse[keyed[i].second] = id;
+        }
+        pairs.label.push_back(code / (nr * nr));
+        pairs.source.push_back(code % (nr * nr) / nr);
+        pairs.target.push_back(code % nr);
+        pairs.amount.push_back(sum);
+    }
+}
+
+void route_latency(const int64_t* label, const double* access_lat, const int64_t* inverse, int64_t flows,
+                   const double* pair_lat, int64_t pairs, int64_t nlabels, double* latency) {
+    for (int64_t l = 0; l < nlabels; ++l) latency[l] = 0.0;
+    for (int64_t f = 0; f < flows; ++f) {
+        if (inverse[f] == -2) continue;
+        if (inverse[f] < -2 || inverse[f] >= pairs) throw std::invalid_argument("inverse: pair out of range");
+        const int64_t l = label != nullptr ? label[f] : 0;
+        check_index(l, nlabels, "label");
+        const double lat = inverse[f] >= 0 ? access_lat[f] + pair_lat[inverse[f]] : access_lat[f];
+        latency[l] = nan_max(latency[l], lat);
+    }
+    // one label: route takes max(0.0, the largest), which reads a NaN as 0
+    if (nlabels == 1 && latency[0] != latency[0]) latency[0] = 0.0;
 }
 
 }  // namespace nest

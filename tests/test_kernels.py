@@ -137,10 +137,12 @@ def _some_leaves():
 
 @pytest.mark.parametrize("make", [GRAPHS["dragonfly"], GRAPHS["torus"], GRAPHS["fat-tree"], GRAPHS["rail"],
                                   GRAPHS["directed"], _some_leaves])
-@pytest.mark.parametrize("nlabels", [1, 4])
+@pytest.mark.parametrize("nlabels", [1, 4, "table"])
 def test_compiled_routes_are_numpys(make, nlabels):
-    """routing.route whole (access links, latencies, pairs on one router, flows to self)
-    with the compiled loops against the numpy engine."""
+    """routing.route whole (access links, latencies, pairs on one router, flows to self,
+    labels in any order; the compiled kernels.route_pairs and route_latency) against the
+    numpy engine's route. ``"table"``: so many labels that the kernel sums the access
+    links' loads over sorted keys instead of a table."""
     from nest.network import routing
 
     out = []
@@ -148,14 +150,31 @@ def test_compiled_routes_are_numpys(make, nlabels):
         comp = compile_graph(make())
         comp.routes = paths.make_routes(comp, engine)
         n = len(comp.devices)
-        rng = np.random.default_rng(nlabels)
+        count = (1 << 24) // n + 1 if nlabels == "table" else nlabels
+        rng = np.random.default_rng(count)
         src, dst = rng.integers(0, n, 700), rng.integers(0, n, 700)
         amount = rng.integers(1, 9, 700) / rng.choice([1.0, 3.0], 700)
-        label = rng.integers(0, nlabels, 700)
-        out.append(routing.route(comp, src, dst, amount, label, nlabels))
-        out.append(routing.route(comp, src[:1], src[:1], amount[:1], label[:1], nlabels))  # nothing moves
-    for a, b in zip(out[:2], out[2:]):
+        label = rng.integers(0, count, 700) if count < 100 else rng.choice(count - 1 - np.arange(3), 700)
+        out.append(routing.route(comp, src, dst, amount, label, count))
+        out.append(routing.route(comp, src[:1], src[:1], amount[:1], label[:1], count))  # nothing moves
+        out.append(routing.route(comp, src, dst, amount))  # no labels
+        out.append(routing.route(comp, src[:40], np.where(src[:40] % 3 == 0, src[:40], dst[:40]), amount[:40]))
+    half = len(out) // 2
+    for a, b in zip(out[:half], out[half:]):
         assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+def test_route_pairs_rejects_bad_input():
+    comp = compile_graph(generators.dragonfly(3, 2, 1))
+    n = len(comp.devices)
+    ok = dict(src=np.array([0, 1]), dst=np.array([1, 2]), amount=np.ones(2), label=None, nlabels=1, leaves="all")
+    assert len(kernels.route_pairs(comp, **ok)) == 7
+    with pytest.raises(ValueError, match="device"):
+        kernels.route_pairs(comp, **{**ok, "dst": np.array([1, n])})
+    with pytest.raises(ValueError, match="label"):
+        kernels.route_pairs(comp, **{**ok, "label": np.array([0, 2]), "nlabels": 2})
+    with pytest.raises(ValueError, match="inverse"):
+        kernels.route_latency(None, np.zeros(2), np.array([0, 3]), np.zeros(1), 1)
 
 
 def _random_csr(rng, n, m):

@@ -96,6 +96,45 @@ def label_ratios(ptr: np.ndarray, edge: np.ndarray, frac: np.ndarray, ids: np.nd
                                 np.ascontiguousarray(capacity, dtype=np.float64), *extra)
 
 
+_MODES = {"all": 0, "none": 1, "some": 2}
+
+
+def _access_of(comp) -> tuple:
+    """The access-link arrays of ``comp`` in the dtypes :func:`route_pairs` takes (made once
+    per graph)."""
+    arrays = comp.cache.get("kernel-access")
+    if arrays is None:
+        as_f64 = lambda a: np.ascontiguousarray(a, dtype=np.float64)  # noqa: E731
+        arrays = (np.ascontiguousarray(comp.leaf, dtype=np.uint8), as_f64(comp.up_cap), as_f64(comp.down_cap),
+                  as_f64(comp.up_lat), as_f64(comp.down_lat), np.ascontiguousarray(comp.router_of, dtype=np.int64))
+        comp.cache["kernel-access"] = arrays
+    return arrays
+
+
+def route_pairs(comp, src: np.ndarray, dst: np.ndarray, amount: np.ndarray, label: np.ndarray | None,
+                nlabels: int, leaves: str) -> tuple:
+    """The first half of :func:`nest.network.routing.route` compiled, the same floats:
+    ``(ratio, access_lat, inverse, s, t, amounts, pair_label)``: per label the largest load
+    over capacity of an access link; per flow its access links' latency and its router
+    pair (``-1``: its ends share a router, ``-2``: it moves nothing); per distinct (label,
+    source router, target router), ascending, the routers and the sum of its flows'
+    amounts (in flow order). ``leaves``: ``"all"``, ``"none"`` or ``"some"`` devices hang
+    off a switch."""
+    i64 = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
+    return _core().route_pairs(i64(src), i64(dst), np.ascontiguousarray(amount, dtype=np.float64),
+                               None if label is None else i64(label), int(nlabels), *_access_of(comp),
+                               len(comp.routers), _MODES[leaves])
+
+
+def route_latency(label: np.ndarray | None, access_lat: np.ndarray, inverse: np.ndarray, pair_lat: np.ndarray,
+                  nlabels: int) -> np.ndarray:
+    """Per label, the longest latency of its flows (:func:`route_pairs`' ``access_lat`` plus
+    the pair's ``pair_lat`` where ``inverse >= 0``; 0 when none moves)."""
+    i64 = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
+    return _core().route_latency(None if label is None else i64(label), access_lat, i64(inverse),
+                                 np.ascontiguousarray(pair_lat, dtype=np.float64), int(nlabels))
+
+
 def dijkstra(matrix, indices) -> np.ndarray:
     """``scipy.sparse.csgraph.dijkstra(matrix, indices=indices)`` compiled (the same floats:
     a distance is the unique least fixed point of ``d(v) = min d(u) + w``, each sum rounded
