@@ -141,11 +141,16 @@ void shortest_path_dags(const DagGraph& g, const int64_t* row, const int64_t* so
 
 namespace {
 
-// Adds the entries of flows [a, z) (one label) to `load`; with `on`, lists the links
-// first loaded in `touched`. Returns false if an index is out of range.
+// Links per block of `block` flags: a label that loads many links marks the blocks it
+// loads (a store per entry, no branch) and reads only those when it ends.
+constexpr int kBlockShift = 4;
+
+// Adds the entries of flows [a, z) (one label) to `load`; with Track, lists the links
+// first loaded in `touched` (`on`: flags per link), else flags their blocks in `block`.
+// Returns false if an index is out of range.
 template <bool Moved, bool Track>
 bool add_label(const DagEntries& dags, const int64_t* ids, const double* amount, int64_t a, int64_t z,
-               int64_t links, double* load, char* on, std::vector<int64_t>& touched) {
+               int64_t links, double* load, char* on, std::vector<int64_t>& touched, char* block) {
     const uint64_t n_links = static_cast<uint64_t>(links), n_cells = static_cast<uint64_t>(dags.cells);
     for (int64_t f = a; f < z; ++f) {
         const int64_t id = ids[f];
@@ -164,9 +169,13 @@ bool add_label(const DagEntries& dags, const int64_t* ids, const double* amount,
             // the weight first, then the sum: frac * amount (x * 1.0 is x), added in order
             const double weight = dags.frac[e] * amt;
             load[link] += weight;
-            if (Track && !on[link]) {
-                on[link] = 1;
-                touched.push_back(link);
+            if (Track) {
+                if (!on[link]) {
+                    on[link] = 1;
+                    touched.push_back(link);
+                }
+            } else {
+                block[link >> kBlockShift] = 1;
             }
         }
     }
@@ -189,6 +198,8 @@ void label_ratios(const DagEntries& dags, const int64_t* ids, const double* amou
     // it ends (all links when it loads many, else the ones it touched)
     std::vector<double> load(static_cast<size_t>(links), 0.0);
     std::vector<char> on(static_cast<size_t>(links), 0);
+    const int64_t blocks = (links >> kBlockShift) + 1;
+    std::vector<char> block(static_cast<size_t>(blocks), 0);
     std::vector<int64_t> touched;
     const bool moved = dags.cell != nullptr;
     int64_t a = 0;
@@ -198,18 +209,26 @@ void label_ratios(const DagEntries& dags, const int64_t* ids, const double* amou
         const bool dense = 4 * count > links;
         touched.clear();
         bool ok;
+        char* const b = block.data();
         if (moved)
-            ok = dense ? add_label<true, false>(dags, ids, amount, a, z, links, load.data(), on.data(), touched)
-                       : add_label<true, true>(dags, ids, amount, a, z, links, load.data(), on.data(), touched);
+            ok = dense ? add_label<true, false>(dags, ids, amount, a, z, links, load.data(), on.data(), touched, b)
+                       : add_label<true, true>(dags, ids, amount, a, z, links, load.data(), on.data(), touched, b);
         else
-            ok = dense ? add_label<false, false>(dags, ids, amount, a, z, links, load.data(), on.data(), touched)
-                       : add_label<false, true>(dags, ids, amount, a, z, links, load.data(), on.data(), touched);
+            ok = dense ? add_label<false, false>(dags, ids, amount, a, z, links, load.data(), on.data(), touched, b)
+                       : add_label<false, true>(dags, ids, amount, a, z, links, load.data(), on.data(), touched, b);
         if (!ok) throw std::invalid_argument("a DAG entry's link is out of range");
-        double best = 0.0;  // capacities are positive: unloaded links (0) are not the largest
+        // std::max(best, 0 / capacity) is best (0, or NaN which std::max passes over) for
+        // any capacity: links no entry loaded are skipped
+        double best = 0.0;
         if (dense) {
-            for (int64_t i = 0; i < links; ++i) {
-                best = std::max(best, load[i] / capacity[i]);
-                load[i] = 0.0;
+            for (int64_t k = 0; k < blocks; ++k) {
+                if (!block[k]) continue;
+                block[k] = 0;
+                const int64_t end = std::min(links, (k + 1) << kBlockShift);
+                for (int64_t i = k << kBlockShift; i < end; ++i) {
+                    best = std::max(best, load[i] / capacity[i]);
+                    load[i] = 0.0;
+                }
             }
         } else {
             for (int64_t i : touched) {
