@@ -527,16 +527,24 @@ class TranslatedRoutes(Routes):
         super().__init__(comp, engine, np.unique(sym.canonical_of))
         self.sym, self.grid = sym, grid
         self.cells = _Growing(np.int64)  # per stored entry: its link's grid cell
+        self.pos = self.wrap = None  # grid.translations(), made on the compiled engine's first use
 
     def flows(self, s, t, amount, label, nlabels):
-        element = self.sym.element(s)  # g_s, once: canonical() would find it again
-        ids = self._ids(self.store, self.sym.canonical_of[s], self.sym.invert(element, t))
+        if self.engine == "cpp":  # g_s^-1(t) and the shifts by table lookups (the same routers and cells)
+            if self.pos is None:
+                self.pos, self.wrap, self.base = self.grid.translations(self.sym)
+            at = self.pos[s]
+            ids = self._ids(self.store, self.sym.canonical_of[s], self.wrap[self.pos[t] - at + self.base])
+            shift = at * self.grid.ports
+        else:
+            element = self.sym.element(s)  # g_s, once: canonical() would find it again
+            ids = self._ids(self.store, self.sym.canonical_of[s], self.sym.invert(element, t))
+            shift = self.grid.shift(element)
         store = self.store
         self.cells.extend(self.grid.link_cell[store.edge.view[self.cells.size:]])
         cells, fracs, cell_link = self.cells.view, store.frac.view, self.grid.cell_link
         starts = store.ptr.view[ids]
         lens = store.ptr.view[ids + 1] - starts
-        shift = self.grid.shift(element)
         if self.engine == "cpp":  # the kernel moves each entry's link itself
             def compiled(keep):
                 return kernels.label_ratios(store.ptr.view, store.edge.view, fracs, ids[keep], amount[keep],
