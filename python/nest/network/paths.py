@@ -391,11 +391,25 @@ def _ratios(label: np.ndarray, lens: np.ndarray, nlabels: int, capacity: np.ndar
 
 def _flow_key(s: np.ndarray, t: np.ndarray, amount: np.ndarray):
     """``key(a, z)`` for :func:`_ratios`: a digest of the pairs and amounts of flows ``a`` to
-    ``z - 1`` (what a label's loads depend on)."""
+    ``z - 1`` (what a label's loads depend on): SHA-256 (hardware-assisted where the CPU
+    has it) of a tag naming the routers' width, the rows ``(s, t)`` (4-byte integers when
+    every router index fits, which name them exactly) and the amounts, read from one
+    array per call (no copies per label)."""
     import hashlib
 
+    views = []  # (width, rows, amounts), made on the first key
+
     def key(a, z):
-        return hashlib.blake2b(s[a:z].tobytes() + t[a:z].tobytes() + amount[a:z].tobytes(), digest_size=16).digest()
+        if not views:
+            narrow = not len(s) or max(int(s.max()), int(t.max())) < 1 << 31
+            ends = np.stack((s, t), axis=1).astype(np.int32 if narrow else np.int64)
+            views.extend((2 * ends.itemsize, memoryview(ends).cast("B"),
+                          memoryview(np.ascontiguousarray(amount, dtype=np.float64)).cast("B")))
+        width, rows, amounts = views
+        digest = hashlib.sha256(bytes([width]))
+        digest.update(rows[a * width:z * width])
+        digest.update(amounts[a * 8:z * 8])
+        return digest.digest()
     return key
 
 
