@@ -49,7 +49,7 @@ struct DagEntries {
     const int32_t* edge = nullptr;
     const double* frac = nullptr;
     int64_t entries = 0;
-    const int64_t* cell = nullptr;       // [entries] or null
+    const int32_t* cell = nullptr;       // [entries] or null (4 bytes: less to stream per entry)
     const int64_t* shift = nullptr;      // [flows] when cell is given
     const int32_t* cell_link = nullptr;  // [cells] when cell is given
     int64_t cells = 0;

@@ -240,10 +240,10 @@ py::array_t<double> label_ratios(const py::object& ptr, const py::object& edge, 
     dags.edge = e.data;
     dags.frac = f.data;
     dags.entries = e.shape[0];
-    nest::ArrayView<int64_t> ce, sh;
-    nest::ArrayView<int32_t> cl;
+    nest::ArrayView<int64_t> sh;
+    nest::ArrayView<int32_t> ce, cl;
     if (!cell.is_none()) {
-        ce = view<int64_t>(cell, "cell", 1);
+        ce = view<int32_t>(cell, "cell", 1);
         sh = view<int64_t>(shift, "shift", 1);
         cl = view<int32_t>(cell_link, "cell_link", 1);
         same_length(ce, e.shape[0], "cell", "entry");

@@ -214,9 +214,10 @@ void check_ratios(std::mt19937_64& rng, int64_t instance) {
     for (double& c : capacity) c = unit(rng) * 1e11;
     // the translation: cell[e] + shift[f] indexes cell_link
     const int64_t cells = links * 2;
-    std::vector<int64_t> cell(edge.size()), shift(static_cast<size_t>(flows));
+    std::vector<int32_t> cell(edge.size());
+    std::vector<int64_t> shift(static_cast<size_t>(flows));
     std::vector<int32_t> cell_link(static_cast<size_t>(cells));
-    for (size_t e = 0; e < cell.size(); ++e) cell[e] = small(rng) % links;
+    for (size_t e = 0; e < cell.size(); ++e) cell[e] = static_cast<int32_t>(small(rng) % links);
     for (int64_t& s : shift) s = small(rng) % links;
     for (int32_t& c : cell_link) c = static_cast<int32_t>(small(rng) % links);
     for (int moved = 0; moved < 2; ++moved) {

@@ -89,7 +89,7 @@ def label_ratios(ptr: np.ndarray, edge: np.ndarray, frac: np.ndarray, ids: np.nd
     extra = ()
     if translation is not None:
         cell, shift, cell_link = translation
-        extra = (i64(cell), i64(shift), np.ascontiguousarray(cell_link, dtype=np.int32))
+        extra = (np.ascontiguousarray(cell, dtype=np.int32), i64(shift), np.ascontiguousarray(cell_link, dtype=np.int32))
     return _core().label_ratios(i64(ptr), np.ascontiguousarray(edge, dtype=np.int32),
                                 np.ascontiguousarray(frac, dtype=np.float64), i64(ids),
                                 np.ascontiguousarray(amount, dtype=np.float64), i64(label), int(nlabels),

@@ -540,7 +540,7 @@ class TranslatedRoutes(Routes):
                  engine: str = DEFAULT_ENGINE):
         super().__init__(comp, engine, np.unique(sym.canonical_of))
         self.sym, self.grid = sym, grid
-        self.cells = _Growing(np.int64)  # per stored entry: its link's grid cell
+        self.cells = _Growing(np.int32)  # per stored entry: its link's grid cell (< 2**24: TranslationGrid)
         self.pos = self.wrap = None  # grid.translations(), made on the compiled engine's first use
 
     def flows(self, s, t, amount, label, nlabels):
