@@ -188,17 +188,20 @@ void check_shares(std::mt19937_64& rng, int64_t instance) {
         }
 }
 
-void check_ratios(std::mt19937_64& rng, int64_t instance) {
+// large: many links and entries (dense labels, many blocks)
+void check_ratios(std::mt19937_64& rng, int64_t instance, bool large = false) {
     std::uniform_int_distribution<int64_t> small(1, 12);
-    const int64_t links = small(rng) + 2, pairs = small(rng), flows = small(rng) * 2, nlabels = small(rng) / 3 + 1;
+    const int64_t links = large ? 5000 : small(rng) + 2, pairs = small(rng), flows = large ? 60000 : small(rng) * 2,
+                  nlabels = large ? 7 : small(rng) / 3 + 1;
     std::vector<int64_t> ptr(1, 0);
     std::vector<int32_t> edge;
     std::vector<double> frac;
     std::uniform_real_distribution<double> unit(0.05, 1.0);
+    std::uniform_int_distribution<int64_t> any_link(0, links - 1);
     for (int64_t p = 0; p < pairs; ++p) {
-        const int64_t n = small(rng) % 5;
+        const int64_t n = large ? small(rng) * 4 : small(rng) % 5;
         for (int64_t i = 0; i < n; ++i) {
-            edge.push_back(static_cast<int32_t>(small(rng) % links));
+            edge.push_back(static_cast<int32_t>(any_link(rng)));
             frac.push_back(unit(rng));
         }
         ptr.push_back(static_cast<int64_t>(edge.size()));
@@ -217,9 +220,9 @@ void check_ratios(std::mt19937_64& rng, int64_t instance) {
     std::vector<int32_t> cell(edge.size());
     std::vector<int64_t> shift(static_cast<size_t>(flows));
     std::vector<int32_t> cell_link(static_cast<size_t>(cells));
-    for (size_t e = 0; e < cell.size(); ++e) cell[e] = static_cast<int32_t>(small(rng) % links);
-    for (int64_t& s : shift) s = small(rng) % links;
-    for (int32_t& c : cell_link) c = static_cast<int32_t>(small(rng) % links);
+    for (size_t e = 0; e < cell.size(); ++e) cell[e] = static_cast<int32_t>(any_link(rng));
+    for (int64_t& s : shift) s = any_link(rng);
+    for (int32_t& c : cell_link) c = static_cast<int32_t>(any_link(rng));
     for (int moved = 0; moved < 2; ++moved) {
         nest::DagEntries d;
         d.ptr = ptr.data();
@@ -545,6 +548,7 @@ int main(int argc, char** argv) {
         check_chain(rng, i);
         check_route_pairs(rng, i);
     }
+    for (int64_t i = 0; i < 3; ++i) check_ratios(rng, instances + i, true);
     check_hostile();
     std::printf("routing_test: %lld checks, %lld failures\n", static_cast<long long>(g_checks),
                 static_cast<long long>(g_failures));
