@@ -214,3 +214,33 @@ def test_compiled_dijkstra_guards():
         kernels.dijkstra(good, [3])
     with pytest.raises(ValueError, match="uint8"):
         kernels.nn_chain_codes(np.zeros((3, 3), dtype=np.int64))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_sparse_matrix_is_scipys(seed):
+    """compiled.sparse_matrix (the link matrices without importing scipy.sparse) holds the
+    arrays of scipy.sparse.csr_matrix((data, (row, col))): the same data, indices and row
+    pointers when no (row, col) repeats, scipy's own matrix (repeats summed) when some do;
+    Dijkstra rows over it and its scipy form (the kernel's fallback) are scipy's."""
+    from nest.network.compiled import CsrMatrix, sparse_matrix
+
+    rng = np.random.default_rng(seed)
+    for _ in range(40):
+        n = int(rng.integers(1, 40))
+        codes = rng.permutation(n * n)[:int(rng.integers(0, 3 * n))]
+        row, col = codes // n, codes % n
+        data = rng.choice([1 / 3, 0.0, 2.0, 1e-6 + 1 / 7], len(codes))
+        mine, ref = sparse_matrix(data, row, col, (n, n)), sp.csr_matrix((data, (row, col)), shape=(n, n))
+        assert isinstance(mine, CsrMatrix) and mine.shape == ref.shape
+        for name in ("data", "indices", "indptr"):
+            assert np.array_equal(getattr(mine, name), getattr(ref, name))
+            assert getattr(mine, name).dtype == getattr(ref, name).dtype
+        back = mine.to_scipy()
+        assert (back != ref).nnz == 0
+        sources = rng.integers(0, n, 3)
+        assert kernels.dijkstra(mine, sources).tobytes() == np.atleast_2d(dijkstra(ref, indices=sources)).tobytes()
+    row, col = np.array([0, 1, 0]), np.array([1, 2, 1])  # (0, 1) twice: scipy sums it
+    twice = sparse_matrix(np.array([1.0, 2.0, 0.5]), row, col, (3, 3))
+    assert not isinstance(twice, CsrMatrix) and twice[0, 1] == 1.5
+    comp = compile_graph(generators.torus((3, 4)))
+    assert isinstance(comp.cost_matrix, CsrMatrix)

@@ -139,13 +139,14 @@ def dijkstra(matrix, indices) -> np.ndarray:
     """``scipy.sparse.csgraph.dijkstra(matrix, indices=indices)`` compiled (the same floats:
     a distance is the unique least fixed point of ``d(v) = min d(u) + w``, each sum rounded
     once, whatever order the vertices settle in), ``[len(indices), n]``, its rows computed
-    in parallel. ``matrix``: a ``scipy.sparse.csr_matrix`` of positive finite weights
-    (each stored entry a link, as scipy reads it; other weights go to scipy)."""
+    in parallel. ``matrix``: a ``scipy.sparse.csr_matrix`` or
+    :class:`~nest.network.compiled.CsrMatrix` of positive finite weights (each stored entry
+    a link, as scipy reads it; other weights go to scipy)."""
     sources = np.ascontiguousarray(np.atleast_1d(indices), dtype=np.int64)
     if not (np.isfinite(matrix.data) & (matrix.data > 0)).all():  # what the kernel's proof needs
         from scipy.sparse.csgraph import dijkstra as scipy_dijkstra
 
-        return np.atleast_2d(scipy_dijkstra(matrix, indices=sources))
+        return np.atleast_2d(scipy_dijkstra(getattr(matrix, "to_scipy", lambda: matrix)(), indices=sources))
     i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)  # noqa: E731
     return _core().dijkstra_rows(i32(matrix.indptr), i32(matrix.indices),
                                  np.ascontiguousarray(matrix.data, dtype=np.float64), sources)
