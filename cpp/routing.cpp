@@ -23,6 +23,25 @@ inline void check_index(int64_t value, int64_t size, const char* what) {
     if (static_cast<uint64_t>(value) >= static_cast<uint64_t>(size)) out_of_range(value, size, what);
 }
 
+// Distinct link indices (0 <= link < 2^bits) ascending: an LSD radix sort, 8 bits a pass
+// (few links: std::sort).
+void sort_links(std::vector<int64_t>& links, std::vector<int64_t>& spare, int bits) {
+    const size_t n = links.size();
+    if (n < 64) {
+        std::sort(links.begin(), links.end());
+        return;
+    }
+    spare.resize(n);
+    size_t count[257];
+    for (int shift = 0; shift < bits; shift += 8) {
+        std::fill(count, count + 257, size_t{0});
+        for (int64_t e : links) ++count[((static_cast<uint64_t>(e) >> shift) & 0xff) + 1];
+        for (int b = 0; b < 256; ++b) count[b + 1] += count[b];
+        for (int64_t e : links) spare[count[(static_cast<uint64_t>(e) >> shift) & 0xff]++] = e;
+        links.swap(spare);
+    }
+}
+
 }  // namespace
 
 void shortest_path_dags(const DagGraph& g, const int64_t* row, const int64_t* source, const int64_t* target,
@@ -38,8 +57,11 @@ void shortest_path_dags(const DagGraph& g, const int64_t* row, const int64_t* so
         lat(static_cast<size_t>(nr), 0.0), part(static_cast<size_t>(nr), 0.0);
     std::vector<int64_t> stack, seen, dag, touched;
     std::vector<std::pair<float, int64_t>> by_level;  // (tail's distance, link)
-    std::vector<size_t> cuts;
-    std::vector<std::pair<int64_t, double>> result;
+    std::vector<size_t> cuts, level_start, rank;
+    std::vector<float> levels;
+    std::vector<int64_t> spare_links;
+    int link_bits = 0;
+    while (link_bits < 63 && (int64_t{1} << link_bits) < g.links) ++link_bits;
     for (int64_t p = 0; p < n; ++p) {
         check_index(row[p], g.rows, "row");
         check_index(source[p], nr, "source");
@@ -73,10 +95,27 @@ void shortest_path_dags(const DagGraph& g, const int64_t* row, const int64_t* so
                 }
             }
         }
-        // Links by (tail's distance, link): segments of equal distance, in order.
-        by_level.clear();
-        for (int64_t e : dag) by_level.emplace_back(d[g.eu[e]], e);
-        std::sort(by_level.begin(), by_level.end());
+        // The DAG's links ascending (the result's order), then by (tail's distance, link):
+        // segments of equal distance, in order (a stable counting sort of the ascending
+        // links by the rank of their tail's distance among the few distinct ones).
+        sort_links(dag, spare_links, link_bits);
+        levels.clear();
+        for (int64_t e : dag) levels.push_back(d[g.eu[e]]);
+        std::sort(levels.begin(), levels.end());
+        levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
+        level_start.assign(levels.size() + 1, 0);
+        rank.clear();
+        for (int64_t e : dag) {
+            const size_t r = static_cast<size_t>(std::lower_bound(levels.begin(), levels.end(), d[g.eu[e]]) - levels.begin());
+            rank.push_back(r);
+            ++level_start[r + 1];
+        }
+        for (size_t r = 0; r < levels.size(); ++r) level_start[r + 1] += level_start[r];
+        by_level.resize(dag.size());
+        for (size_t i = 0; i < dag.size(); ++i) {
+            const size_t r = rank[i];
+            by_level[level_start[r]++] = {levels[r], dag[i]};
+        }
         for (int64_t r : seen) {
             const size_t i = static_cast<size_t>(r);
             sigma[i] = tau[i] = part[i] = 0.0;
@@ -122,19 +161,14 @@ void shortest_path_dags(const DagGraph& g, const int64_t* row, const int64_t* so
             }
         }
         // shares: (m_tail m_head) sigma(tail) tau(head) / sigma(t), links ascending
-        result.clear();
         const double paths = sigma[static_cast<size_t>(t)];
         for (int64_t e : dag) {
             const size_t u = static_cast<size_t>(g.eu[e]), v = static_cast<size_t>(g.ev[e]);
             const double mul = g.mul_tail[e] * g.mul_head[e];
-            result.emplace_back(e, mul * sigma[u] * tau[v] / paths);
-        }
-        std::sort(result.begin(), result.end());
-        for (const auto& [e, frac] : result) {
             out.links.push_back(e);
-            out.fracs.push_back(frac);
+            out.fracs.push_back(mul * sigma[u] * tau[v] / paths);
         }
-        out.counts[static_cast<size_t>(p)] = static_cast<int64_t>(result.size());
+        out.counts[static_cast<size_t>(p)] = static_cast<int64_t>(dag.size());
         out.lats[static_cast<size_t>(p)] = lat[static_cast<size_t>(t)];
     }
 }

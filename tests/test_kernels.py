@@ -68,6 +68,31 @@ def test_compiled_dags_are_numpys(name):
         assert np.array_equal(a.view, b.view)
 
 
+@pytest.mark.parametrize("make", [lambda: generators.torus((8, 8, 6)),
+                                  lambda: _weighted(generators.torus((7, 6, 5)), 4),
+                                  lambda: generators.torus((16, 12))])
+def test_compiled_large_dags_are_numpys(make):
+    """DAGs of many links (the kernel sorts 64 and more by radix, not std::sort) equal the
+    numpy engine's: tori (boxes of many equal-cost paths), every pair from one router and random ones."""
+    comp = compile_graph(make())
+    hosts = np.unique(comp.router_of)
+    rng = np.random.default_rng(len(hosts))
+    s, t = rng.choice(hosts, 400), rng.choice(hosts, 400)
+    s = np.r_[s, np.full(len(hosts), hosts[0])]
+    t = np.r_[t, hosts]
+    keep = s != t
+    s, t = s[keep], t[keep]
+    stores = {}
+    for engine in kernels.ENGINES:
+        routes = paths.Routes(comp, engine)
+        stores[engine] = routes.store
+        routes._ids(routes.store, s, t)
+    cpp, ref = stores["cpp"], stores["numpy"]
+    assert np.diff(cpp.ptr.view).max() >= 64  # the kernel radix-sorts DAGs of 64 links and more
+    for a, b in ((cpp.ptr, ref.ptr), (cpp.edge, ref.edge), (cpp.frac, ref.frac), (cpp.lat, ref.lat)):
+        assert np.array_equal(a.view, b.view)
+
+
 @pytest.mark.parametrize("name", sorted(GRAPHS))
 @pytest.mark.parametrize("nlabels", [1, 3, 17])
 def test_compiled_loads_are_numpys(name, nlabels, monkeypatch):
