@@ -419,6 +419,13 @@ void route_pairs(const AccessLinks& acc, const int64_t* src, const int64_t* dst,
         pairs.target.push_back(code % nr);
         pairs.amount.push_back(sum);
     }
+    // keep small buffers for the next call, give large ones back (a family of millions of
+    // flows would otherwise hold its buffers for the rest of the process)
+    constexpr size_t kKept = size_t{1} << 18;
+    if (keyed.capacity() > kKept) std::vector<std::pair<int64_t, int64_t>>().swap(keyed);
+    if (spare.capacity() > kKept) std::vector<std::pair<int64_t, int64_t>>().swap(spare);
+    if (used.capacity() > kKept) std::vector<int64_t>().swap(used);
+    if (sums.size() > kKept) std::vector<double>().swap(sums);  // all zero: each call clears what it used
 }
 
 void route_latency(const int64_t* label, const double* access_lat, const int64_t* inverse, int64_t flows,

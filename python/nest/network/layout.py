@@ -97,7 +97,10 @@ def joint_groups(layout: Layout, dims: tuple[str, ...], first_only: bool = False
 
 _SPANS: dict[tuple, np.ndarray] = {}
 """:func:`_span`'s offsets by the (stride, degree) of each dimension moved along (read-only
-arrays; a search asks for the same spans across many layouts)."""
+arrays; a search asks for the same spans across many layouts): at most 4096 spans of at
+most :data:`_SPAN_KEPT` offsets (8 MiB)."""
+
+_SPAN_KEPT = 256
 
 
 def _span(layout: Layout, strides: dict[str, int], dims: tuple[str, ...]) -> np.ndarray:
@@ -110,10 +113,11 @@ def _span(layout: Layout, strides: dict[str, int], dims: tuple[str, ...]) -> np.
             offsets = (offsets[:, None] + stride * np.arange(degree, dtype=np.int64)[None, :]).ravel()
         offsets.sort()
         offsets.flags.writeable = False
-        if len(_SPANS) >= 1 << 14:  # bounded: forget the oldest half
-            for old in list(_SPANS)[:1 << 13]:
-                _SPANS.pop(old, None)
-        _SPANS[key] = offsets
+        if len(offsets) <= _SPAN_KEPT:
+            if len(_SPANS) >= 1 << 12:  # bounded: forget the oldest half
+                for old in list(_SPANS)[:1 << 11]:
+                    _SPANS.pop(old, None)
+            _SPANS[key] = offsets
     return offsets
 
 
