@@ -125,3 +125,21 @@ def test_link_cap_sizes():
         assert top > 40000 and template.links(top) <= MAX_GRAPH_LINKS < template.links(top + 1)
         with pytest.raises(SpecError, match=f"devices = {top + 1}: "):
             template.sized(top + 1)
+
+
+def test_plans_on_trees_and_tori_import_no_scipy():
+    """The link matrices are built without scipy.sparse (nest.network.compiled.sparse_matrix)
+    and these presets need no clustering (fat trees, leaf-spine and rails know their
+    order; tori of 2048 chips and more cluster on byte codes): a plan imports no scipy."""
+    import subprocess
+    import sys
+
+    for cluster, devices in (("h100-fattree", 256), ("h100-leafspine", 256), ("dgx-h100-rail", 256),
+                             ("tpuv4-torus", 2048)):
+        probe = ("import contextlib, io, sys\nfrom nest.cli import main\n"
+                 "with contextlib.redirect_stdout(io.StringIO()):\n"
+                 f"    main(['plan', '--model', 'llama3-8b', '--cluster', {cluster!r}, '--devices', '{devices}'])\n"
+                 "print(sorted(m for m in sys.modules if m.split('.')[0] == 'scipy'))\n")
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip().splitlines()[-1] == "[]", (cluster, done.stdout[-300:])

@@ -68,6 +68,31 @@ def test_compiled_dags_are_numpys(name):
         assert np.array_equal(a.view, b.view)
 
 
+@pytest.mark.parametrize("make", [lambda: generators.torus((8, 8, 6)),
+                                  lambda: _weighted(generators.torus((7, 6, 5)), 4),
+                                  lambda: generators.torus((16, 12))])
+def test_compiled_large_dags_are_numpys(make):
+    """DAGs of many links (the kernel sorts 64 and more by radix, not std::sort) equal the
+    numpy engine's: tori (boxes of many equal-cost paths), every pair from one router and random ones."""
+    comp = compile_graph(make())
+    hosts = np.unique(comp.router_of)
+    rng = np.random.default_rng(len(hosts))
+    s, t = rng.choice(hosts, 400), rng.choice(hosts, 400)
+    s = np.r_[s, np.full(len(hosts), hosts[0])]
+    t = np.r_[t, hosts]
+    keep = s != t
+    s, t = s[keep], t[keep]
+    stores = {}
+    for engine in kernels.ENGINES:
+        routes = paths.Routes(comp, engine)
+        stores[engine] = routes.store
+        routes._ids(routes.store, s, t)
+    cpp, ref = stores["cpp"], stores["numpy"]
+    assert np.diff(cpp.ptr.view).max() >= 64  # the kernel radix-sorts DAGs of 64 links and more
+    for a, b in ((cpp.ptr, ref.ptr), (cpp.edge, ref.edge), (cpp.frac, ref.frac), (cpp.lat, ref.lat)):
+        assert np.array_equal(a.view, b.view)
+
+
 @pytest.mark.parametrize("name", sorted(GRAPHS))
 @pytest.mark.parametrize("nlabels", [1, 3, 17])
 def test_compiled_loads_are_numpys(name, nlabels, monkeypatch):
@@ -137,10 +162,12 @@ def _some_leaves():
 
 @pytest.mark.parametrize("make", [GRAPHS["dragonfly"], GRAPHS["torus"], GRAPHS["fat-tree"], GRAPHS["rail"],
                                   GRAPHS["directed"], _some_leaves])
-@pytest.mark.parametrize("nlabels", [1, 4])
+@pytest.mark.parametrize("nlabels", [1, 4, "table"])
 def test_compiled_routes_are_numpys(make, nlabels):
-    """routing.route whole (access links, latencies, pairs on one router, flows to self)
-    with the compiled loops against the numpy engine."""
+    """routing.route whole (access links, latencies, pairs on one router, flows to self,
+    labels in any order; the compiled kernels.route_pairs and route_latency) against the
+    numpy engine's route. ``"table"``: so many labels that the kernel sums the access
+    links' loads over sorted keys instead of a table."""
     from nest.network import routing
 
     out = []
@@ -148,14 +175,31 @@ def test_compiled_routes_are_numpys(make, nlabels):
         comp = compile_graph(make())
         comp.routes = paths.make_routes(comp, engine)
         n = len(comp.devices)
-        rng = np.random.default_rng(nlabels)
+        count = (1 << 24) // n + 1 if nlabels == "table" else nlabels
+        rng = np.random.default_rng(count)
         src, dst = rng.integers(0, n, 700), rng.integers(0, n, 700)
         amount = rng.integers(1, 9, 700) / rng.choice([1.0, 3.0], 700)
-        label = rng.integers(0, nlabels, 700)
-        out.append(routing.route(comp, src, dst, amount, label, nlabels))
-        out.append(routing.route(comp, src[:1], src[:1], amount[:1], label[:1], nlabels))  # nothing moves
-    for a, b in zip(out[:2], out[2:]):
+        label = rng.integers(0, count, 700) if count < 100 else rng.choice(count - 1 - np.arange(3), 700)
+        out.append(routing.route(comp, src, dst, amount, label, count))
+        out.append(routing.route(comp, src[:1], src[:1], amount[:1], label[:1], count))  # nothing moves
+        out.append(routing.route(comp, src, dst, amount))  # no labels
+        out.append(routing.route(comp, src[:40], np.where(src[:40] % 3 == 0, src[:40], dst[:40]), amount[:40]))
+    half = len(out) // 2
+    for a, b in zip(out[:half], out[half:]):
         assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+def test_route_pairs_rejects_bad_input():
+    comp = compile_graph(generators.dragonfly(3, 2, 1))
+    n = len(comp.devices)
+    ok = dict(src=np.array([0, 1]), dst=np.array([1, 2]), amount=np.ones(2), label=None, nlabels=1, leaves="all")
+    assert len(kernels.route_pairs(comp, **ok)) == 7
+    with pytest.raises(ValueError, match="device"):
+        kernels.route_pairs(comp, **{**ok, "dst": np.array([1, n])})
+    with pytest.raises(ValueError, match="label"):
+        kernels.route_pairs(comp, **{**ok, "label": np.array([0, 2]), "nlabels": 2})
+    with pytest.raises(ValueError, match="inverse"):
+        kernels.route_latency(None, np.zeros(2), np.array([0, 3]), np.zeros(1), 1)
 
 
 def _random_csr(rng, n, m):
@@ -195,3 +239,33 @@ def test_compiled_dijkstra_guards():
         kernels.dijkstra(good, [3])
     with pytest.raises(ValueError, match="uint8"):
         kernels.nn_chain_codes(np.zeros((3, 3), dtype=np.int64))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_sparse_matrix_is_scipys(seed):
+    """compiled.sparse_matrix (the link matrices without importing scipy.sparse) holds the
+    arrays of scipy.sparse.csr_matrix((data, (row, col))): the same data, indices and row
+    pointers when no (row, col) repeats, scipy's own matrix (repeats summed) when some do;
+    Dijkstra rows over it and its scipy form (the kernel's fallback) are scipy's."""
+    from nest.network.compiled import CsrMatrix, sparse_matrix
+
+    rng = np.random.default_rng(seed)
+    for _ in range(40):
+        n = int(rng.integers(1, 40))
+        codes = rng.permutation(n * n)[:int(rng.integers(0, 3 * n))]
+        row, col = codes // n, codes % n
+        data = rng.choice([1 / 3, 0.0, 2.0, 1e-6 + 1 / 7], len(codes))
+        mine, ref = sparse_matrix(data, row, col, (n, n)), sp.csr_matrix((data, (row, col)), shape=(n, n))
+        assert isinstance(mine, CsrMatrix) and mine.shape == ref.shape
+        for name in ("data", "indices", "indptr"):
+            assert np.array_equal(getattr(mine, name), getattr(ref, name))
+            assert getattr(mine, name).dtype == getattr(ref, name).dtype
+        back = mine.to_scipy()
+        assert (back != ref).nnz == 0
+        sources = rng.integers(0, n, 3)
+        assert kernels.dijkstra(mine, sources).tobytes() == np.atleast_2d(dijkstra(ref, indices=sources)).tobytes()
+    row, col = np.array([0, 1, 0]), np.array([1, 2, 1])  # (0, 1) twice: scipy sums it
+    twice = sparse_matrix(np.array([1.0, 2.0, 0.5]), row, col, (3, 3))
+    assert not isinstance(twice, CsrMatrix) and twice[0, 1] == 1.5
+    comp = compile_graph(generators.torus((3, 4)))
+    assert isinstance(comp.cost_matrix, CsrMatrix)

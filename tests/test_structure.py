@@ -164,6 +164,25 @@ def test_every_symmetry_element_is_an_automorphism(make):
             assert np.array_equal(attrs[image], attrs)
 
 
+@pytest.mark.parametrize("make", SYMMETRIC[:4])
+def test_translation_tables_are_the_symmetrys_moves(make):
+    """TranslationGrid.translations (what the compiled engine's translated routes read):
+    for every pair of routers, ``wrap[pos[t] - pos[s] + base]`` is
+    ``RouterSymmetry.invert(g_s, t)`` and ``pos[s] * ports`` is ``shift(g_s)``."""
+    from nest.network.symmetry import TranslationGrid
+
+    comp = compile_graph(make())
+    sym = router_symmetry(comp)
+    assert TranslationGrid.fits(sym)
+    grid = TranslationGrid(sym)
+    pos, wrap, base = grid.translations(sym)
+    routers = np.flatnonzero(comp.mult > 0)
+    s, t = (a.ravel() for a in np.meshgrid(routers, routers, indexing="ij"))
+    element = sym.element(s)
+    assert np.array_equal(wrap[pos[t] - pos[s] + base], sym.invert(element, t))
+    assert np.array_equal(pos[s] * grid.ports, grid.shift(element))
+
+
 @pytest.mark.parametrize("name,devices", [("tpuv4-torus", 64), ("dgx-h100-rail", 64), ("dgx-a100-graph", 256),
                                           ("gb200-nvl72-graph", 144), ("h100-fattree", 64),
                                           ("h100-leafspine", 96), ("tpuv4-fattree-graph", 128)])

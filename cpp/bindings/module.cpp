@@ -240,10 +240,10 @@ py::array_t<double> label_ratios(const py::object& ptr, const py::object& edge, 
     dags.edge = e.data;
     dags.frac = f.data;
     dags.entries = e.shape[0];
-    nest::ArrayView<int64_t> ce, sh;
-    nest::ArrayView<int32_t> cl;
+    nest::ArrayView<int64_t> sh;
+    nest::ArrayView<int32_t> ce, cl;
     if (!cell.is_none()) {
-        ce = view<int64_t>(cell, "cell", 1);
+        ce = view<int32_t>(cell, "cell", 1);
         sh = view<int64_t>(shift, "shift", 1);
         cl = view<int32_t>(cell_link, "cell_link", 1);
         same_length(ce, e.shape[0], "cell", "entry");
@@ -262,6 +262,88 @@ py::array_t<double> label_ratios(const py::object& ptr, const py::object& edge, 
             nest::label_ratios(dags, i.data, amt.data, lab.data, flows, nlabels, cap.data, cap.shape[0], ratio);
         } catch (const std::exception& ex) {
             error = ex.what();
+        }
+    }
+    if (!error.empty()) throw py::value_error(error);
+    return out;
+}
+
+// Optional int64 labels: None (every flow label 0) or one per flow.
+const int64_t* optional_labels(const py::object& label, int64_t flows, nest::ArrayView<int64_t>& keep) {
+    if (label.is_none()) return nullptr;
+    keep = view<int64_t>(label, "label", 1);
+    same_length(keep, flows, "label", "flow");
+    return keep.data;
+}
+
+py::tuple route_pairs(const py::object& src, const py::object& dst, const py::object& amount,
+                      const py::object& label, int64_t nlabels, const py::object& leaf, const py::object& up_cap,
+                      const py::object& down_cap, const py::object& up_lat, const py::object& down_lat,
+                      const py::object& router_of, int64_t routers, int mode) {
+    const auto s = view<int64_t>(src, "src", 1), t = view<int64_t>(dst, "dst", 1),
+               ro = view<int64_t>(router_of, "router_of", 1);
+    const auto amt = view<double>(amount, "amount", 1), uc = view<double>(up_cap, "up_cap", 1),
+               dc = view<double>(down_cap, "down_cap", 1), ul = view<double>(up_lat, "up_lat", 1),
+               dl = view<double>(down_lat, "down_lat", 1);
+    const auto lf = view<uint8_t>(leaf, "leaf", 1);
+    const int64_t flows = s.shape[0], devices = ro.shape[0];
+    same_length(t, flows, "dst", "flow");
+    same_length(amt, flows, "amount", "flow");
+    for (const auto* a : {&uc, &dc, &ul, &dl}) same_length(*a, devices, "access link attributes", "device");
+    same_length(lf, devices, "leaf", "device");
+    if (mode < 0 || mode > 2) throw py::value_error("mode: must be 0 (every device a leaf), 1 (none) or 2 (some)");
+    if (routers < 1) throw py::value_error("routers: must be positive");
+    if (nlabels < 1) throw py::value_error("nlabels: must be positive");
+    nest::ArrayView<int64_t> lab;
+    const int64_t* labels = optional_labels(label, flows, lab);
+    nest::AccessLinks acc;
+    acc.leaf = lf.data;
+    acc.up_cap = uc.data;
+    acc.down_cap = dc.data;
+    acc.up_lat = ul.data;
+    acc.down_lat = dl.data;
+    acc.router_of = ro.data;
+    acc.devices = devices;
+    acc.routers = routers;
+    acc.mode = mode;
+    py::array_t<double> ratio(static_cast<py::ssize_t>(nlabels)), access_lat(static_cast<py::ssize_t>(flows));
+    py::array_t<int64_t> inverse(static_cast<py::ssize_t>(flows));
+    double* r = ratio.mutable_data();
+    double* al = access_lat.mutable_data();
+    int64_t* inv = inverse.mutable_data();
+    nest::RouterPairs pairs;
+    std::string error;
+    {
+        py::gil_scoped_release release;
+        try {
+            nest::route_pairs(acc, s.data, t.data, amt.data, labels, flows, nlabels, r, al, inv, pairs);
+        } catch (const std::exception& e) {
+            error = e.what();
+        }
+    }
+    if (!error.empty()) throw py::value_error(error);
+    return py::make_tuple(ratio, access_lat, inverse, vector_to_numpy(pairs.source), vector_to_numpy(pairs.target),
+                          vector_to_numpy(pairs.amount), vector_to_numpy(pairs.label));
+}
+
+py::array_t<double> route_latency(const py::object& label, const py::object& access_lat, const py::object& inverse,
+                                  const py::object& pair_lat, int64_t nlabels) {
+    const auto al = view<double>(access_lat, "access_lat", 1), pl = view<double>(pair_lat, "pair_lat", 1);
+    const auto inv = view<int64_t>(inverse, "inverse", 1);
+    const int64_t flows = al.shape[0];
+    same_length(inv, flows, "inverse", "flow");
+    if (nlabels < 1) throw py::value_error("nlabels: must be positive");
+    nest::ArrayView<int64_t> lab;
+    const int64_t* labels = optional_labels(label, flows, lab);
+    py::array_t<double> out(static_cast<py::ssize_t>(nlabels));
+    double* latency = out.mutable_data();
+    std::string error;
+    {
+        py::gil_scoped_release release;
+        try {
+            nest::route_latency(labels, al.data, inv.data, flows, pl.data, pl.shape[0], nlabels, latency);
+        } catch (const std::exception& e) {
+            error = e.what();
         }
     }
     if (!error.empty()) throw py::value_error(error);
@@ -345,6 +427,14 @@ PYBIND11_MODULE(_core, m) {
           py::arg("cell") = py::none(), py::arg("shift") = py::none(), py::arg("cell_link") = py::none(),
           "Per label, the largest load / capacity of a link under concurrent flows over stored DAGs\n"
           "(nest.network.paths._ratios). Raises ValueError on bad input.");
+    m.def("route_pairs", &route_pairs, py::arg("src"), py::arg("dst"), py::arg("amount"), py::arg("label"),
+          py::arg("nlabels"), py::arg("leaf"), py::arg("up_cap"), py::arg("down_cap"), py::arg("up_lat"),
+          py::arg("down_lat"), py::arg("router_of"), py::arg("routers"), py::arg("mode"),
+          "The access-link ratios per label and the router pairs of a set of flows: (ratio, access_lat,\n"
+          "inverse, source, target, amount, label) (nest.network.routing.route). Raises ValueError on bad input.");
+    m.def("route_latency", &route_latency, py::arg("label"), py::arg("access_lat"), py::arg("inverse"),
+          py::arg("pair_lat"), py::arg("nlabels"),
+          "Per label, the longest latency of its flows (nest.network.routing.route). Raises ValueError on bad input.");
     m.def("dijkstra_rows", &dijkstra_rows, py::arg("indptr"), py::arg("indices"), py::arg("data"), py::arg("sources"),
           "Least path weights from each source over a CSR graph (scipy.sparse.csgraph.dijkstra's floats),\n"
           "[sources, n] float64. Raises ValueError on bad input.");

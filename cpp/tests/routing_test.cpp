@@ -12,16 +12,19 @@
 // (Bellman-Ford: every link relaxed until nothing changes) bit for bit, on weights whose
 // path sums depend on their order; nn_chain_codes must make the merges of the chain run
 // on a cluster x cluster matrix of codes updated by max (complete linkage), the same
-// clusters, codes and order. Hostile input: every out-of-range index is rejected with
-// std::invalid_argument.
+// clusters, codes and order. route_pairs and route_latency must equal plain loops over
+// std::map (access loads and pair amounts summed in flow order, keys ascending). Hostile
+// input: every out-of-range index is rejected with std::invalid_argument.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "checks.hpp"
@@ -185,17 +188,20 @@ void check_shares(std::mt19937_64& rng, int64_t instance) {
         }
 }
 
-void check_ratios(std::mt19937_64& rng, int64_t instance) {
+// large: many links and entries (dense labels, many blocks)
+void check_ratios(std::mt19937_64& rng, int64_t instance, bool large = false) {
     std::uniform_int_distribution<int64_t> small(1, 12);
-    const int64_t links = small(rng) + 2, pairs = small(rng), flows = small(rng) * 2, nlabels = small(rng) / 3 + 1;
+    const int64_t links = large ? 5000 : small(rng) + 2, pairs = small(rng), flows = large ? 60000 : small(rng) * 2,
+                  nlabels = large ? 7 : small(rng) / 3 + 1;
     std::vector<int64_t> ptr(1, 0);
     std::vector<int32_t> edge;
     std::vector<double> frac;
     std::uniform_real_distribution<double> unit(0.05, 1.0);
+    std::uniform_int_distribution<int64_t> any_link(0, links - 1);
     for (int64_t p = 0; p < pairs; ++p) {
-        const int64_t n = small(rng) % 5;
+        const int64_t n = large ? small(rng) * 4 : small(rng) % 5;
         for (int64_t i = 0; i < n; ++i) {
-            edge.push_back(static_cast<int32_t>(small(rng) % links));
+            edge.push_back(static_cast<int32_t>(any_link(rng)));
             frac.push_back(unit(rng));
         }
         ptr.push_back(static_cast<int64_t>(edge.size()));
@@ -211,11 +217,12 @@ void check_ratios(std::mt19937_64& rng, int64_t instance) {
     for (double& c : capacity) c = unit(rng) * 1e11;
     // the translation: cell[e] + shift[f] indexes cell_link
     const int64_t cells = links * 2;
-    std::vector<int64_t> cell(edge.size()), shift(static_cast<size_t>(flows));
+    std::vector<int32_t> cell(edge.size());
+    std::vector<int64_t> shift(static_cast<size_t>(flows));
     std::vector<int32_t> cell_link(static_cast<size_t>(cells));
-    for (size_t e = 0; e < cell.size(); ++e) cell[e] = small(rng) % links;
-    for (int64_t& s : shift) s = small(rng) % links;
-    for (int32_t& c : cell_link) c = static_cast<int32_t>(small(rng) % links);
+    for (size_t e = 0; e < cell.size(); ++e) cell[e] = static_cast<int32_t>(any_link(rng));
+    for (int64_t& s : shift) s = any_link(rng);
+    for (int32_t& c : cell_link) c = static_cast<int32_t>(any_link(rng));
     for (int moved = 0; moved < 2; ++moved) {
         nest::DagEntries d;
         d.ptr = ptr.data();
@@ -344,6 +351,98 @@ void check_chain(std::mt19937_64& rng, int64_t instance) {
     check(z == expected, "chain instance " + std::to_string(instance) + ": the merges of the matrix chain");
 }
 
+// route_pairs and route_latency against a plain loop over std::map: per (label, device)
+// the access loads summed in flow order; per (label, router, router) the amounts in flow
+// order, keys ascending; latencies the largest per label. Some devices hang off a router
+// (leaves), the others are routers; many labels (sorted keys) or few (a table).
+void check_route_pairs(std::mt19937_64& rng, int64_t instance) {
+    std::uniform_int_distribution<int64_t> small(1, 12);
+    std::uniform_real_distribution<double> unit(0.05, 1.0);
+    const int64_t devices = small(rng) + 1, routers = small(rng) % 5 + 1, flows = small(rng) * 3;
+    const int mode = static_cast<int>(instance % 3);
+    const int64_t nlabels = instance % 7 == 0 ? (int64_t{1} << 24) / devices + 1 : small(rng) % 4 + 1;
+    std::vector<uint8_t> leaf(static_cast<size_t>(devices));
+    std::vector<double> up_cap(leaf.size()), down_cap(leaf.size()), up_lat(leaf.size()), down_lat(leaf.size());
+    std::vector<int64_t> router_of(leaf.size());
+    for (int64_t d = 0; d < devices; ++d) {
+        leaf[d] = mode == 0 ? 1 : mode == 1 ? 0 : static_cast<uint8_t>(small(rng) % 2);
+        up_cap[d] = leaf[d] ? unit(rng) * 1e11 : std::numeric_limits<double>::infinity();
+        down_cap[d] = leaf[d] ? unit(rng) * 1e11 : std::numeric_limits<double>::infinity();
+        up_lat[d] = leaf[d] ? unit(rng) * 1e-6 : 0.0;
+        down_lat[d] = leaf[d] ? unit(rng) * 1e-6 : 0.0;
+        router_of[d] = small(rng) % routers;
+    }
+    std::vector<int64_t> src(static_cast<size_t>(flows)), dst(src.size()), label(src.size());
+    std::vector<double> amount(src.size());
+    for (int64_t f = 0; f < flows; ++f) {
+        src[f] = small(rng) % devices;
+        dst[f] = small(rng) % devices;
+        label[f] = nlabels > 4 ? nlabels - 1 - small(rng) % 3 : small(rng) % nlabels;
+        amount[f] = f % 3 == 0 ? 1.0 : unit(rng) * 1e9;
+    }
+    nest::AccessLinks acc;
+    acc.leaf = leaf.data();
+    acc.up_cap = up_cap.data();
+    acc.down_cap = down_cap.data();
+    acc.up_lat = up_lat.data();
+    acc.down_lat = down_lat.data();
+    acc.router_of = router_of.data();
+    acc.devices = devices;
+    acc.routers = routers;
+    acc.mode = mode;
+    std::vector<double> ratio(static_cast<size_t>(nlabels)), access_lat(src.size()), latency(ratio.size());
+    std::vector<int64_t> inverse(src.size());
+    nest::RouterPairs pairs;
+    nest::route_pairs(acc, src.data(), dst.data(), amount.data(), label.data(), flows, nlabels, ratio.data(),
+                      access_lat.data(), inverse.data(), pairs);
+    std::vector<double> pair_lat(pairs.source.size());
+    for (double& x : pair_lat) x = unit(rng) * 1e-5;
+    nest::route_latency(label.data(), access_lat.data(), inverse.data(), flows, pair_lat.data(),
+                        static_cast<int64_t>(pair_lat.size()), nlabels, latency.data());
+    // the plain loops
+    std::vector<double> want_ratio(ratio.size(), 0.0), want_latency(ratio.size(), 0.0);
+    for (int side = 0; side < 2 && mode != 1; ++side) {
+        std::map<std::pair<int64_t, int64_t>, double> use;
+        for (int64_t f = 0; f < flows; ++f) {
+            const int64_t d = side == 0 ? src[f] : dst[f];
+            if (src[f] != dst[f] && leaf[d]) use[{label[f], d}] += amount[f];
+        }
+        for (const auto& [key, load] : use)
+            want_ratio[key.first] = std::max(want_ratio[key.first], load / (side == 0 ? up_cap : down_cap)[key.second]);
+    }
+    std::map<std::tuple<int64_t, int64_t, int64_t>, double> sums;
+    for (int64_t f = 0; f < flows; ++f)
+        if (src[f] != dst[f] && router_of[src[f]] != router_of[dst[f]])
+            sums[{label[f], router_of[src[f]], router_of[dst[f]]}] += amount[f];
+    std::vector<std::tuple<int64_t, int64_t, int64_t>> keys;
+    bool same = pairs.source.size() == sums.size();
+    for (const auto& [key, sum] : sums) {
+        const size_t i = keys.size();
+        keys.push_back(key);
+        same = same && i < pairs.source.size() && pairs.label[i] == std::get<0>(key) &&
+               pairs.source[i] == std::get<1>(key) && pairs.target[i] == std::get<2>(key) && pairs.amount[i] == sum;
+    }
+    for (int64_t f = 0; f < flows && same; ++f) {
+        const int64_t s = src[f], t = dst[f];
+        const double lat = (leaf[s] ? up_lat[s] : 0.0) + (leaf[t] ? down_lat[t] : 0.0);
+        if (s == t) {
+            same = inverse[f] == -2;
+            continue;
+        }
+        same = access_lat[f] == lat;
+        if (router_of[s] == router_of[t]) {
+            same = same && inverse[f] == -1;
+            want_latency[label[f]] = std::max(want_latency[label[f]], lat);
+            continue;
+        }
+        const auto at = std::find(keys.begin(), keys.end(), std::make_tuple(label[f], router_of[s], router_of[t]));
+        same = same && inverse[f] == at - keys.begin();
+        want_latency[label[f]] = std::max(want_latency[label[f]], lat + pair_lat[static_cast<size_t>(at - keys.begin())]);
+    }
+    check(same && ratio == want_ratio && latency == want_latency,
+          "instance " + std::to_string(instance) + ": route_pairs and route_latency equal the plain loops");
+}
+
 template <class F>
 void expect_invalid(F f, const std::string& what) {
     bool thrown = false;
@@ -406,6 +505,30 @@ void check_hostile() {
     csr.indices = indices.data();
     csr.data = zero_weight.data();
     expect_invalid([&] { nest::dijkstra_rows(csr, &zero, 1, dist.data()); }, "a weight that is not positive");
+    std::vector<uint8_t> leaf = {1, 1};
+    std::vector<double> caps = {1.0, 1.0}, lats = {0.0, 0.0}, access(2), latency(2);
+    std::vector<int64_t> router_of = {0, 1}, src = {0, 1}, dst = {1, 0}, far_dst = {1, 2}, inverse(2);
+    nest::AccessLinks acc;
+    acc.leaf = leaf.data();
+    acc.up_cap = acc.down_cap = caps.data();
+    acc.up_lat = acc.down_lat = lats.data();
+    acc.router_of = router_of.data();
+    acc.devices = 2;
+    acc.routers = 2;
+    nest::RouterPairs pairs;
+    expect_invalid([&] { nest::route_pairs(acc, src.data(), far_dst.data(), amount.data(), nullptr, 2, 1,
+                                           ratio.data(), access.data(), inverse.data(), pairs); },
+                   "a flow's device out of range");
+    expect_invalid([&] { nest::route_pairs(acc, src.data(), dst.data(), amount.data(), far.data(), 2, 2,
+                                           ratio.data(), access.data(), inverse.data(), pairs); },
+                   "a flow's label out of range");
+    acc.routers = 1;
+    expect_invalid([&] { nest::route_pairs(acc, src.data(), dst.data(), amount.data(), nullptr, 2, 1,
+                                           ratio.data(), access.data(), inverse.data(), pairs); },
+                   "a device's router out of range");
+    std::vector<int64_t> far_pair = {0, 4};
+    expect_invalid([&] { nest::route_latency(nullptr, access.data(), far_pair.data(), 2, lats.data(), 1, 1,
+                                             latency.data()); }, "a flow's pair out of range");
     std::vector<uint8_t> reserved = {0, 255, 255, 0};
     std::vector<int64_t> merges(3);
     expect_invalid([&] { nest::nn_chain_codes(reserved.data(), 2, merges.data()); }, "the reserved code 255");
@@ -423,7 +546,9 @@ int main(int argc, char** argv) {
         check_ratios(rng, i);
         check_dijkstra(rng, i);
         check_chain(rng, i);
+        check_route_pairs(rng, i);
     }
+    for (int64_t i = 0; i < 3; ++i) check_ratios(rng, instances + i, true);
     check_hostile();
     std::printf("routing_test: %lld checks, %lld failures\n", static_cast<long long>(g_checks),
                 static_cast<long long>(g_failures));

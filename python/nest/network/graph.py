@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 
 from ..errors import SpecError
 from ..frozen_graph import read_only_graph
 from ..specs import ClusterSpec, Tier
 from ..units import MiB
 from . import kernels
+from .compiled import sparse_matrix
 from .routing import CompiledGraph, compile_graph, group_rows, route, route_one
 from .symmetry import circulant, router_symmetry
 
@@ -38,7 +38,7 @@ def _host_distances(comp: CompiledGraph) -> tuple[np.ndarray, np.ndarray]:
     hosts = np.unique(comp.router_of)
     weight = comp.elat + _MEBIBYTE / comp.link_cap
     nr, n = len(comp.routers), len(hosts)
-    matrix = sp.csr_matrix((weight, (comp.eu, comp.ev)), shape=(nr, nr))
+    matrix = sparse_matrix(weight, comp.eu, comp.ev, (nr, nr))
     sym = router_symmetry(comp)
     if sym is None:
         from scipy.spatial.distance import squareform
@@ -88,7 +88,7 @@ def _torus_codes(comp: CompiledGraph):
     if sym is None or len(hosts) != len(comp.routers) or len(hosts) < max(2, _CODED_HOSTS):
         return None
     weight = comp.elat + _MEBIBYTE / comp.link_cap
-    matrix = sp.csr_matrix((weight, (comp.eu, comp.ev)), shape=(len(hosts), len(hosts)))
+    matrix = sparse_matrix(weight, comp.eu, comp.ev, (len(hosts), len(hosts)))
     row = kernels.dijkstra(matrix, [int(sym.canonical_of[hosts[0]])])[0]
     shifted = circulant(sym, row)
     if shifted is None:

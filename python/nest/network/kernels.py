@@ -89,24 +89,64 @@ def label_ratios(ptr: np.ndarray, edge: np.ndarray, frac: np.ndarray, ids: np.nd
     extra = ()
     if translation is not None:
         cell, shift, cell_link = translation
-        extra = (i64(cell), i64(shift), np.ascontiguousarray(cell_link, dtype=np.int32))
+        extra = (np.ascontiguousarray(cell, dtype=np.int32), i64(shift), np.ascontiguousarray(cell_link, dtype=np.int32))
     return _core().label_ratios(i64(ptr), np.ascontiguousarray(edge, dtype=np.int32),
                                 np.ascontiguousarray(frac, dtype=np.float64), i64(ids),
                                 np.ascontiguousarray(amount, dtype=np.float64), i64(label), int(nlabels),
                                 np.ascontiguousarray(capacity, dtype=np.float64), *extra)
 
 
+_MODES = {"all": 0, "none": 1, "some": 2}
+
+
+def _access_of(comp) -> tuple:
+    """The access-link arrays of ``comp`` in the dtypes :func:`route_pairs` takes (made once
+    per graph)."""
+    arrays = comp.cache.get("kernel-access")
+    if arrays is None:
+        as_f64 = lambda a: np.ascontiguousarray(a, dtype=np.float64)  # noqa: E731
+        arrays = (np.ascontiguousarray(comp.leaf, dtype=np.uint8), as_f64(comp.up_cap), as_f64(comp.down_cap),
+                  as_f64(comp.up_lat), as_f64(comp.down_lat), np.ascontiguousarray(comp.router_of, dtype=np.int64))
+        comp.cache["kernel-access"] = arrays
+    return arrays
+
+
+def route_pairs(comp, src: np.ndarray, dst: np.ndarray, amount: np.ndarray, label: np.ndarray | None,
+                nlabels: int, leaves: str) -> tuple:
+    """The first half of :func:`nest.network.routing.route` compiled, the same floats:
+    ``(ratio, access_lat, inverse, s, t, amounts, pair_label)``: per label the largest load
+    over capacity of an access link; per flow its access links' latency and its router
+    pair (``-1``: its ends share a router, ``-2``: it moves nothing); per distinct (label,
+    source router, target router), ascending, the routers and the sum of its flows'
+    amounts (in flow order). ``leaves``: ``"all"``, ``"none"`` or ``"some"`` devices hang
+    off a switch."""
+    i64 = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
+    return _core().route_pairs(i64(src), i64(dst), np.ascontiguousarray(amount, dtype=np.float64),
+                               None if label is None else i64(label), int(nlabels), *_access_of(comp),
+                               len(comp.routers), _MODES[leaves])
+
+
+def route_latency(label: np.ndarray | None, access_lat: np.ndarray, inverse: np.ndarray, pair_lat: np.ndarray,
+                  nlabels: int) -> np.ndarray:
+    """Per label, the longest latency of its flows (:func:`route_pairs`' ``access_lat`` plus
+    the pair's ``pair_lat`` where ``inverse >= 0``; 0 when none moves)."""
+    i64 = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
+    return _core().route_latency(None if label is None else i64(label), access_lat, i64(inverse),
+                                 np.ascontiguousarray(pair_lat, dtype=np.float64), int(nlabels))
+
+
 def dijkstra(matrix, indices) -> np.ndarray:
     """``scipy.sparse.csgraph.dijkstra(matrix, indices=indices)`` compiled (the same floats:
     a distance is the unique least fixed point of ``d(v) = min d(u) + w``, each sum rounded
     once, whatever order the vertices settle in), ``[len(indices), n]``, its rows computed
-    in parallel. ``matrix``: a ``scipy.sparse.csr_matrix`` of positive finite weights
-    (each stored entry a link, as scipy reads it; other weights go to scipy)."""
+    in parallel. ``matrix``: a ``scipy.sparse.csr_matrix`` or
+    :class:`~nest.network.compiled.CsrMatrix` of positive finite weights (each stored entry
+    a link, as scipy reads it; other weights go to scipy)."""
     sources = np.ascontiguousarray(np.atleast_1d(indices), dtype=np.int64)
     if not (np.isfinite(matrix.data) & (matrix.data > 0)).all():  # what the kernel's proof needs
         from scipy.sparse.csgraph import dijkstra as scipy_dijkstra
 
-        return np.atleast_2d(scipy_dijkstra(matrix, indices=sources))
+        return np.atleast_2d(scipy_dijkstra(getattr(matrix, "to_scipy", lambda: matrix)(), indices=sources))
     i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)  # noqa: E731
     return _core().dijkstra_rows(i32(matrix.indptr), i32(matrix.indices),
                                  np.ascontiguousarray(matrix.data, dtype=np.float64), sources)

@@ -102,13 +102,29 @@ def joint_groups(layout: Layout, dims: tuple[str, ...], first_only: bool = False
     return leaders[:, None] + offsets[None, :]
 
 
+_SPANS: dict[tuple, np.ndarray] = {}
+""":func:`_span`'s offsets by the (stride, degree) of each dimension moved along (read-only
+arrays; a search asks for the same spans across many layouts): at most 4096 spans of at
+most :data:`_SPAN_KEPT` offsets (8 MiB)."""
+
+_SPAN_KEPT = 256
+
+
 def _span(layout: Layout, strides: dict[str, int], dims: tuple[str, ...]) -> np.ndarray:
-    """The rank offsets reached by moving along ``dims`` from rank 0, ascending."""
-    offsets = np.zeros(1, dtype=np.int64)
-    for dim in dims:
-        step = strides[dim] * np.arange(layout.degrees.get(dim, 1), dtype=np.int64)
-        offsets = (offsets[:, None] + step[None, :]).ravel()
-    offsets.sort()
+    """The rank offsets reached by moving along ``dims`` from rank 0, ascending (read-only)."""
+    key = tuple((strides[dim], layout.degrees.get(dim, 1)) for dim in dims)
+    offsets = _SPANS.get(key)
+    if offsets is None:
+        offsets = np.zeros(1, dtype=np.int64)
+        for stride, degree in key:
+            offsets = (offsets[:, None] + stride * np.arange(degree, dtype=np.int64)[None, :]).ravel()
+        offsets.sort()
+        offsets.flags.writeable = False
+        if len(offsets) <= _SPAN_KEPT:
+            if len(_SPANS) >= 1 << 12:  # bounded: forget the oldest half
+                for old in list(_SPANS)[:1 << 11]:
+                    _SPANS.pop(old, None)
+            _SPANS[key] = offsets
     return offsets
 
 

@@ -391,11 +391,25 @@ def _ratios(label: np.ndarray, lens: np.ndarray, nlabels: int, capacity: np.ndar
 
 def _flow_key(s: np.ndarray, t: np.ndarray, amount: np.ndarray):
     """``key(a, z)`` for :func:`_ratios`: a digest of the pairs and amounts of flows ``a`` to
-    ``z - 1`` (what a label's loads depend on)."""
+    ``z - 1`` (what a label's loads depend on): SHA-256 (hardware-assisted where the CPU
+    has it) of a tag naming the routers' width, the rows ``(s, t)`` (4-byte integers when
+    every router index fits, which name them exactly) and the amounts, read from one
+    array per call (no copies per label)."""
     import hashlib
 
+    views = []  # (width, rows, amounts), made on the first key
+
     def key(a, z):
-        return hashlib.blake2b(s[a:z].tobytes() + t[a:z].tobytes() + amount[a:z].tobytes(), digest_size=16).digest()
+        if not views:
+            narrow = not len(s) or max(int(s.max()), int(t.max())) < 1 << 31
+            ends = np.stack((s, t), axis=1).astype(np.int32 if narrow else np.int64)
+            views.extend((2 * ends.itemsize, memoryview(ends).cast("B"),
+                          memoryview(np.ascontiguousarray(amount, dtype=np.float64)).cast("B")))
+        width, rows, amounts = views
+        digest = hashlib.sha256(bytes([width]))
+        digest.update(rows[a * width:z * width])
+        digest.update(amounts[a * 8:z * 8])
+        return digest.digest()
     return key
 
 
@@ -526,17 +540,25 @@ class TranslatedRoutes(Routes):
                  engine: str = DEFAULT_ENGINE):
         super().__init__(comp, engine, np.unique(sym.canonical_of))
         self.sym, self.grid = sym, grid
-        self.cells = _Growing(np.int64)  # per stored entry: its link's grid cell
+        self.cells = _Growing(np.int32)  # per stored entry: its link's grid cell (< 2**24: TranslationGrid)
+        self.pos = self.wrap = None  # grid.translations(), made on the compiled engine's first use
 
     def flows(self, s, t, amount, label, nlabels):
-        element = self.sym.element(s)  # g_s, once: canonical() would find it again
-        ids = self._ids(self.store, self.sym.canonical_of[s], self.sym.invert(element, t))
+        if self.engine == "cpp":  # g_s^-1(t) and the shifts by table lookups (the same routers and cells)
+            if self.pos is None:
+                self.pos, self.wrap, self.base = self.grid.translations(self.sym)
+            at = self.pos[s]
+            ids = self._ids(self.store, self.sym.canonical_of[s], self.wrap[self.pos[t] - at + self.base])
+            shift = at * self.grid.ports
+        else:
+            element = self.sym.element(s)  # g_s, once: canonical() would find it again
+            ids = self._ids(self.store, self.sym.canonical_of[s], self.sym.invert(element, t))
+            shift = self.grid.shift(element)
         store = self.store
         self.cells.extend(self.grid.link_cell[store.edge.view[self.cells.size:]])
         cells, fracs, cell_link = self.cells.view, store.frac.view, self.grid.cell_link
         starts = store.ptr.view[ids]
         lens = store.ptr.view[ids + 1] - starts
-        shift = self.grid.shift(element)
         if self.engine == "cpp":  # the kernel moves each entry's link itself
             def compiled(keep):
                 return kernels.label_ratios(store.ptr.view, store.edge.view, fracs, ids[keep], amount[keep],

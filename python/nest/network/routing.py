@@ -44,6 +44,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import SpecError
+from . import kernels
 from .compiled import EDGE_KEYS, NODE_KEYS, CompiledGraph, compile_graph, devices, validate
 from .paths import routes_of
 
@@ -56,6 +57,9 @@ def route(comp: CompiledGraph, src: np.ndarray, dst: np.ndarray, amount: np.ndar
     """Per label, ``(max over links of load / capacity, max path latency)`` of concurrent
     flows (device indices ``src -> dst`` carrying ``amount`` each), ECMP over min-cost
     paths; loads are summed over the flows of one label only."""
+    routes = routes_of(comp)
+    if routes.engine == "cpp":
+        return _compiled_route(comp, routes, src, dst, amount, None if nlabels == 1 else label, nlabels)
     if label is None:
         label = np.zeros(len(src), dtype=np.int64)
     keep = src != dst
@@ -115,6 +119,21 @@ def route(comp: CompiledGraph, src: np.ndarray, dst: np.ndarray, amount: np.ndar
     else:
         np.maximum.at(latency, label, flow_lat)
     return ratio, latency
+
+
+def _compiled_route(comp: CompiledGraph, routes, src, dst, amount, label, nlabels):
+    """:func:`route` with its sorts and sums compiled (:func:`nest.network.kernels.route_pairs`):
+    the same floats (``label``: None with one label)."""
+    if label is None and nlabels != 1:
+        label = np.zeros(len(src), dtype=np.int64)
+    ratio, access_lat, inverse, s, t, amounts, pair_label = kernels.route_pairs(
+        comp, src, dst, amount, label, nlabels, _leaves(comp))
+    pair_lat = np.zeros(0)
+    if len(s):
+        with comp.lock:  # the store may grow (and move) while another thread reads it
+            link_ratio, pair_lat = routes.flows(s, t, amounts, pair_label, nlabels)
+        ratio = np.maximum(ratio, link_ratio)
+    return ratio, kernels.route_latency(label, access_lat, inverse, pair_lat, nlabels)
 
 
 def _leaves(comp: CompiledGraph) -> str:

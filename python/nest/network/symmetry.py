@@ -224,6 +224,21 @@ class TranslationGrid:
             shift = ((np.array(alias) * n) * self.stride).sum() * self.ports
             self.cell_link[self.link_cell + shift] = np.arange(len(comp.eu))
 
+    def translations(self, sym: RouterSymmetry) -> tuple[np.ndarray, np.ndarray, int]:
+        """``(pos, wrap, base)``: per router its cell in the unwrapped grid without the port
+        (``pos[s] * ports`` is :meth:`shift` of ``g_s``), and a table over the unwrapped
+        grid such that ``wrap[pos[t] - pos[s] + base]`` is ``g_s^-1(t)``, the router at
+        ``(c_t - c_s) mod n`` (what :meth:`RouterSymmetry.invert` finds, in one lookup:
+        each axis' ``c_t - c_s + n`` lies in ``1 .. 2 n - 1``). ``pos`` is -1 for the
+        routers off the grid (merged twins, never a flow's end)."""
+        live = sym.comp.mult > 0
+        pos = np.where(live, (np.maximum(sym.coords, 0) * self.stride).sum(axis=1), -1)
+        sides = 2 * sym.sizes
+        grid = np.stack(np.unravel_index(np.arange(int(np.prod(sides))), tuple(sides.tolist())), axis=1)
+        kind = np.full(len(grid), int(sym.kind[live][0]), dtype=np.int64)
+        wrap = sym._decode(kind, grid % sym.sizes)
+        return pos.astype(np.int64), wrap.astype(np.int64), int((sym.sizes * self.stride).sum())
+
     def shift(self, g: np.ndarray) -> np.ndarray:
         """Per flow, what translating by ``g`` (one row per flow) adds to a cell of
         :attr:`link_cell`: ``cell_link[cell + shift]`` is the moved link."""
