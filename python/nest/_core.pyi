@@ -30,10 +30,20 @@ def shortest_path_dags(dist: Float32, row: Int64, source: Int64, target: Int64, 
     (nest.network.paths.compute_dags)."""
 
 def label_ratios(ptr: Int64, edge: Int32, frac: Float64, ids: Int64, amount: Float64, label: Int64, nlabels: int,
-                 capacity: Float64, cell: Int64 | None = None, shift: Int64 | None = None,
+                 capacity: Float64, cell: Int32 | None = None, shift: Int64 | None = None,
                  cell_link: Int32 | None = None) -> Float64:
     """Per label, the largest load / capacity of a link under concurrent flows over stored
     DAGs (nest.network.paths._ratios)."""
+
+def route_pairs(src: Int64, dst: Int64, amount: Float64, label: Int64 | None, nlabels: int, leaf: npt.NDArray[np.uint8],
+                up_cap: Float64, down_cap: Float64, up_lat: Float64, down_lat: Float64, router_of: Int64,
+                routers: int, mode: int) -> tuple[Float64, Float64, Int64, Int64, Int64, Float64, Int64]:
+    """The access-link ratios per label and the router pairs of a set of flows: (ratio,
+    access_lat, inverse, source, target, amount, label) (nest.network.routing.route)."""
+
+def route_latency(label: Int64 | None, access_lat: Float64, inverse: Int64, pair_lat: Float64,
+                  nlabels: int) -> Float64:
+    """Per label, the longest latency of its flows (nest.network.routing.route)."""
 
 def has_openmp() -> bool:
     """Whether the core was compiled with OpenMP."""
