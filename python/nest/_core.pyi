@@ -45,8 +45,19 @@ def route_latency(label: Int64 | None, access_lat: Float64, inverse: Int64, pair
                   nlabels: int) -> Float64:
     """Per label, the longest latency of its flows (nest.network.routing.route)."""
 
+def dijkstra_rows(indptr: Int32, indices: Int32, data: Float64, sources: Int64) -> Float64:
+    """Least path weights from each source over a CSR graph (scipy.sparse.csgraph.dijkstra's
+    floats), [sources, n]."""
+
+def nn_chain_codes(codes: npt.NDArray[np.uint8]) -> Int64:
+    """Complete-linkage nearest-neighbour chain on byte codes of distances (overwritten):
+    [(x, y, code)] per merge in chain order (nest.network.linkage)."""
+
 def has_openmp() -> bool:
     """Whether the core was compiled with OpenMP."""
 
 def max_threads() -> int:
     """Default thread count of the core (1 without OpenMP)."""
+
+def default_threads(work: int) -> int:
+    """Threads solve() uses by default on a batch of ``work`` DP cells (1 for small batches)."""
