@@ -261,3 +261,30 @@ def test_the_batch_pool_is_each_dps_admitted_micro_batches(global_batch, uneven,
         assert micro[at:at + len(want)].tolist() == [-(-global_batch // (dp * b)) for b in sizes for _ in range(n_rc)]
         at += len(want)
     assert len(pool) == len(micro) == at and len(starts) == len(counts) == len(dps)
+
+
+@pytest.mark.parametrize("every_device", [False, True])
+@pytest.mark.parametrize("uneven", [False, True])
+def test_the_space_prefilter_keeps_every_valid_loop_combination_in_order(every_device, uneven):
+    """``PartialSpace._combos`` drops the (cp, pp, dp) combinations that cannot fit before
+    the expert and virtual-stage axes multiply them; what ``_valid`` then keeps must be
+    exactly the full grid's valid combinations, in the same row-major order."""
+    from nest.search.space import PartialSpace
+
+    model = MODELS["mixtral-8x7b"]
+    cluster = nest.load_cluster("dgx-h100", devices=48)
+    job = JobSpec(global_batch=96, seq_len=4096, uneven_batch=uneven)
+    space = PartialSpace(model, cluster, job, model.num_layers + 2, SpaceLimits(), every_device)
+    checked = 0
+    for _, tp, _ in space.pairs:
+        es, vs = space._expert_axis(tp), np.arange(len(space.vps))
+        cs = np.arange(len(space.cps))
+        c, p, d, e, v = np.indices((len(cs), len(space.pps), len(space.dps), len(es), len(vs))).reshape(5, -1)
+        e = es[e]
+        ok, _ = space._valid(tp, c, p, d, e, v)
+        full = np.stack([c, p, d, e, v])[:, ok]
+        pre = np.stack(space._combos(tp, cs, es, vs))
+        keep, _ = space._valid(tp, *pre)
+        assert np.array_equal(pre[:, keep], full)
+        checked += full.shape[1]
+    assert checked > 0

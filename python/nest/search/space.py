@@ -285,10 +285,8 @@ class PartialSpace:
             segments = []
             vs = [list(self.vps).index(1)] if 1 in self.vps.tolist() else list(range(len(self.vps)))
             for ti, tp, sp in pairs:
-                es = self._expert_axis(tp)
-                c, p, d, e, v = np.indices((len(cps), len(self.pps), len(self.dps), len(es), len(vs)),
-                                           dtype=np.int64).reshape(5, -1)
-                e, v = es[e], np.array(vs, dtype=np.int64)[v]
+                c, p, d, e, v = self._combos(tp, np.arange(len(cps)), self._expert_axis(tp),
+                                             np.array(vs, dtype=np.int64))
                 ok, length = self._valid(tp, c, p, d, e, v)
                 c, p, d, e, v, length = c[ok], p[ok], d[ok], e[ok], v[ok], length[ok]
                 start = np.where(self.vps[v] == 1, self.starts[d], self.filtered_start[p, d])
@@ -325,6 +323,25 @@ class PartialSpace:
             return np.arange(len(self.etps))
         return np.flatnonzero((self.etps == 1) | (self.etps == tp))
 
+    def _combos(self, tp: int, cs: np.ndarray, es: np.ndarray, vs: np.ndarray) -> tuple[np.ndarray, ...]:
+        """``(c, p, d, e, v)`` index columns of the loop combinations of ``tp`` over context
+        indices ``cs``, every pipeline and data-parallel degree, expert pairs ``es`` and
+        virtual-stage indices ``vs``, in row-major order, less those whose ``(cp, pp, dp)``
+        alone rule them out (too many devices, no admitted micro-batch): with one
+        data-parallel degree per device count, most of the full grid. :meth:`_valid`
+        decides the rest."""
+        cp, pp, dp = self.cps[cs][:, None, None], self.pps[None, :, None], self.dps[None, None, :]
+        stage = tp * cp * pp
+        fit = (pp <= self.num_nodes) & (stage <= self.devices) & (dp <= self.devices // stage)
+        fit &= self.counts[None, None, :] > 0
+        if self.every_device:
+            fit &= stage * dp == self.devices
+        c, p, d = np.nonzero(fit)
+        inner = len(es) * len(vs)
+        repeat = lambda x: np.repeat(x, inner)  # noqa: E731
+        return (repeat(cs[c]), repeat(p), repeat(d), np.tile(np.repeat(es, len(vs)), len(c)),
+                np.tile(vs, len(c) * len(es)))
+
     def _valid(self, tp, c, p, d, e, v):
         """Which loop combinations make partials, and how many each makes."""
         cp, pp, dp, ep, vp = self.cps[c], self.pps[p], self.dps[d], self.eps[e], self.vps[v]
@@ -350,11 +367,9 @@ class PartialSpace:
             return
         first = 0
         for ti, tp, sp in self.pairs:
-            es = self._expert_axis(tp)
-            grid = np.indices((len(self.pps), len(self.dps), len(es), len(self.vps)), dtype=np.int64).reshape(4, -1)
-            grid[2] = es[grid[2]]
+            es, vs = self._expert_axis(tp), np.arange(len(self.vps))
             for c0 in range(len(self.cps)):
-                p, d, e, v = grid
+                _, p, d, e, v = self._combos(tp, np.array([c0]), es, vs)
                 ok, length = self._valid(tp, c0, p, d, e, v)
                 chosen = np.flatnonzero(ok)
                 if not len(chosen):
