@@ -230,18 +230,16 @@ class Placer:
             return [np.zeros(0) for _ in range(width)]
         if keys.ndim == 2:
             radix = int(keys[:, 1].max()) + 1
-            flat = keys[:, 0] * radix + keys[:, 1]
-            decode = lambda k: (k // radix, k % radix)  # noqa: E731
+            unique, inverse = np.unique(keys[:, 0] * radix + keys[:, 1], return_inverse=True)
+            rows = list(zip((unique // radix).tolist(), (unique % radix).tolist()))
         else:
-            flat, decode = keys, lambda k: k  # noqa: E731
-        unique, inverse = np.unique(flat, return_inverse=True)
-        cache_keys = [tag + (row if isinstance(row, tuple) else (row,)) for row in map(decode, unique.tolist())]
-        missing = [i for i, key in enumerate(cache_keys) if key not in self._floors]
+            unique, inverse = np.unique(keys, return_inverse=True)
+            rows = unique.tolist()
+        cache = self._floors.setdefault(tag, {})  # per tag, keyed by the row
+        missing = [row for row in rows if row not in cache]
         if missing:
-            rows = [decode(k) for k in unique[missing].tolist()]
-            for i, value in zip(missing, compute_many(rows)):
-                self._floors[cache_keys[i]] = value
-        values = np.array([self._floors[key] for key in cache_keys], dtype=np.float64).reshape(len(unique), width)
+            cache.update(zip(missing, compute_many(missing)))
+        values = np.array([cache[row] for row in rows], dtype=np.float64).reshape(len(unique), width)
         inverse = inverse.ravel()
         return [values[inverse, j] for j in range(width)]
 
