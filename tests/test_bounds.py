@@ -199,3 +199,18 @@ def test_candidate_bound_shares_prices_exactly(case):
         got = candidate_bound(scn, table, cands, ranking)
         assert got.dtype == np.int64
         assert (got == _candidate_bound_row_by_row(scn, table, cands, ranking)).all(), ranking
+
+
+def test_pair_tier_floors_are_pair_tier_floor_elementwise():
+    """The pipeline boundaries' tier floors of a batch (one searchsorted over the group
+    sizes) equal the scalar count of the tiers whose groups a distance leaves."""
+    import numpy as np
+
+    from nest.network.tiers import pair_tier_floor, pair_tier_floors
+
+    distances = np.arange(0, 5000, dtype=np.int64)
+    for cluster in (_fast_outer_cluster(), nest.load_cluster("h100-spineleaf", devices=512),
+                    nest.load_cluster("dgx-h100", devices=1024), nest.load_cluster("tpuv4-fattree", devices=4096)):
+        got = pair_tier_floors(cluster, distances)
+        assert got.dtype == np.int64
+        assert got.tolist() == [pair_tier_floor(cluster, int(d)) for d in distances], cluster.name

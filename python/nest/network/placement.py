@@ -55,7 +55,7 @@ from .layout import (
     layout_strides,
     reduce_leaders,
 )
-from .tiers import GroupShape, TokenDispatch, group_shape, pair_tier_floor, ring_floor, ring_link, shape_floors
+from .tiers import GroupShape, TokenDispatch, group_shape, pair_tier_floors, ring_floor, ring_link, shape_floors
 
 
 def _power_of_two(n: int) -> bool:
@@ -370,9 +370,7 @@ class TierPlacer(Placer):
     def boundary_floor(self, degrees: DegreeColumns, any_of: tuple[str, ...] | None = None) -> np.ndarray:
         """The lowest tier any pipeline boundary can cross (stage ranks and their pipeline
         partners are a pipeline stride apart)."""
-        stride = _strides(degrees, any_of)("pp")
-        tier = self._lookup(("pair",), stride, lambda q: (pair_tier_floor(self.cluster, int(q)),), 1)[0]
-        return tier.astype(np.int64)
+        return pair_tier_floors(self.cluster, _strides(degrees, any_of)("pp"))
 
     def send_rows(self, out_bytes: np.ndarray) -> np.ndarray:
         """One row per tier: its latency plus the bytes at its bandwidth."""

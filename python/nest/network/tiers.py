@@ -458,6 +458,14 @@ def pair_tier_floor(cluster: ClusterSpec, distance: int) -> int:
     return sum(1 for size in cluster.group_sizes()[:-1] if size <= distance)
 
 
+def pair_tier_floors(cluster: ClusterSpec, distances: np.ndarray) -> np.ndarray:
+    """:func:`pair_tier_floor` of every distance at once (the group sizes are cumulative
+    products of the fanouts, so ascending: the count of those not above a distance is
+    where it sorts among them)."""
+    sizes = np.asarray(cluster.group_sizes()[:-1], dtype=np.int64)
+    return np.searchsorted(sizes, np.asarray(distances, dtype=np.int64), side="right").astype(np.int64)
+
+
 # -- what NCCL achieves on each tier ----------------------------------------------------
 
 
