@@ -220,9 +220,9 @@ class HostSpec:
     adam_rate_per_thread: float = 0.66e9
     link_efficiency: float = 0.8
     memory_efficiency: float = 0.7
-    dispatch_slowdown: float = 1.0
     reserved_bytes: float = 16 * GiB
     source: str = ""
+    dispatch_slowdown: float = 1.0  # last: positional constructions keep their meaning
 
     def __post_init__(self):
         require(isinstance(self.name, str) and self.name, "host.name", self.name, "must be a non-empty string")
