@@ -91,40 +91,25 @@ def dumps_indented(obj, indent: int = 2) -> str:
         return True
 
     def write(o, level: int) -> None:
-        if isinstance(o, (list, tuple, dict)) and o and write_flat(o, level, "\n" + " " * (indent * (level + 1))):
-            return
-        if isinstance(o, (list, tuple)):
-            if not o:
-                add("[]")
-                return
-            inner = "\n" + " " * (indent * (level + 1))
-            add("[")
-            first = True
-            for item in o:
-                add(inner if first else "," + inner)
-                first = False
-                if isinstance(item, (list, tuple, dict)):
-                    write(item, level + 1)
-                else:
-                    add(_scalar(item))
-            add("\n" + " " * (indent * level) + "]")
-        elif isinstance(o, dict):
-            if not o:
-                add("{}")
-                return
-            inner = "\n" + " " * (indent * (level + 1))
-            add("{")
-            first = True
-            for k, v in o.items():
-                add((inner if first else "," + inner) + _key(k) + ": ")
-                first = False
-                if isinstance(v, (list, tuple, dict)):
-                    write(v, level + 1)
-                else:
-                    add(_scalar(v))
-            add("\n" + " " * (indent * level) + "}")
-        else:
+        if not isinstance(o, (list, tuple, dict)):
             add(_scalar(o))
+            return
+        opening, closing = ("{", "}") if isinstance(o, dict) else ("[", "]")
+        if not o:
+            add(opening + closing)
+            return
+        inner = "\n" + " " * (indent * (level + 1))
+        if write_flat(o, level, inner):
+            return
+        # (what precedes each value, the value): a dict's key, nothing in a list
+        items = ((_key(k) + ": ", v) for k, v in o.items()) if isinstance(o, dict) else (("", v) for v in o)
+        add(opening)
+        separator = inner
+        for label, value in items:
+            add(separator + label)
+            separator = "," + inner
+            write(value, level + 1)
+        add("\n" + " " * (indent * level) + closing)
 
     try:
         write(obj, 0)

@@ -342,7 +342,8 @@ def shape_floors(cluster: ClusterSpec, sizes: np.ndarray, spacings: np.ndarray,
     fanouts = tuple(t.fanout for t in cluster.tiers)
     combos, prefix = _inner_combos(fanouts)
     if len(combos) > SHAPE_COMBOS_LIMIT:
-        out = [shape_floor(cluster, int(a), int(b), dispatch) for a, b in zip(sizes.tolist(), spacings.tolist())]
+        memo: dict = {}  # the pairs share their sizes' decompositions and shapes' terms
+        out = [shape_floor(cluster, int(a), int(b), dispatch, memo) for a, b in zip(sizes.tolist(), spacings.tolist())]
         return np.array([(f.rs_alpha, f.rs_beta, f.a2a_alpha, f.a2a_beta) for f in out]).reshape(-1, 4)
     tiers = len(fanouts)
     rooms = -(-np.asarray(cluster.group_sizes(), dtype=np.int64)[None, :] // spacings[:, None])  # [pair, tier]
